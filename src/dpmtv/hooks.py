@@ -1,0 +1,121 @@
+"""Capture and overwrite per-head attention outputs at the last position.
+
+Both work on the *input* of each decoder layer's attention output projection (``o_proj``), which
+is ``(B, T, H*d)`` with the heads contiguous, i.e. it reshapes to ``(B, T, H, d)``. Inputs are
+left-padded (see ``ModelAdapter.encode``), so position -1 is every row's real last token.
+
+Both are context managers that remove their hooks on exit, also when the block raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from dpmtv.errors import HeadSpecError
+from dpmtv.models.base import ModelAdapter
+
+
+class PatchMode(str, Enum):
+    """When to overwrite: at every forward call (prompt, then each generated token, as MTV does)
+    or only at the prompt's prefill call (the only call with more than one position)."""
+
+    EVERY_CALL = "every-call"
+    PREFILL_ONLY = "prefill-only"
+
+
+@dataclass(frozen=True)
+class LayerPatch:
+    """Values for the selected heads of one layer: ``heads`` (k,) and ``values`` (k, d)."""
+
+    heads: torch.Tensor
+    values: torch.Tensor
+
+
+class LastTokenCapture:
+    """Records, per layer, the heads' outputs at the last position of the latest forward call.
+
+    ``activations[layer]`` is float32 ``(B, H, d)`` on the CPU.
+    """
+
+    def __init__(self) -> None:
+        self.activations: dict[int, torch.Tensor] = {}
+
+
+@contextmanager
+def capture_last_token(adapter: ModelAdapter, layers: Sequence[int]) -> Iterator[LastTokenCapture]:
+    capture = LastTokenCapture()
+    geometry = adapter.geometry
+
+    def make_hook(layer: int):
+        def hook(module, args):
+            last = args[0][:, -1, :]  # (B, H*d)
+            capture.activations[layer] = (
+                last.detach().to(torch.float32).reshape(-1, geometry.num_heads, geometry.head_dim)
+            ).cpu()
+
+        return hook
+
+    with ExitStack() as stack:
+        for layer in _checked_layers(adapter, layers):
+            handle = adapter.o_projs[layer].register_forward_pre_hook(make_hook(layer))
+            stack.callback(handle.remove)
+        yield capture
+
+
+@contextmanager
+def overwrite_heads(
+    adapter: ModelAdapter,
+    patches: Mapping[int, LayerPatch],
+    *,
+    mode: PatchMode = PatchMode.EVERY_CALL,
+) -> Iterator[None]:
+    """Overwrite the given heads' o_proj inputs at the last position with fixed values."""
+    geometry = adapter.geometry
+
+    def make_hook(patch: LayerPatch):
+        def hook(module, args):
+            hidden = args[0]  # (B, T, H*d)
+            if mode is PatchMode.PREFILL_ONLY and hidden.shape[1] == 1:
+                return None
+            patched = hidden.clone()
+            view = patched.view(*hidden.shape[:2], geometry.num_heads, geometry.head_dim)
+            view[:, -1, patch.heads, :] = patch.values.to(dtype=hidden.dtype, device=hidden.device)
+            return (patched, *args[1:])
+
+        return hook
+
+    with ExitStack() as stack:
+        for layer in _checked_layers(adapter, list(patches)):
+            patch = _checked_patch(adapter, layer, patches[layer])
+            handle = adapter.o_projs[layer].register_forward_pre_hook(make_hook(patch))
+            stack.callback(handle.remove)
+        yield
+
+
+def _checked_layers(adapter: ModelAdapter, layers: Sequence[int]) -> list[int]:
+    num_layers = adapter.geometry.num_layers
+    for layer in layers:
+        if not 0 <= layer < num_layers:
+            raise HeadSpecError(f"layer {layer} does not exist: the model has layers 0..{num_layers - 1}")
+    return list(layers)
+
+
+def _checked_patch(adapter: ModelAdapter, layer: int, patch: LayerPatch) -> LayerPatch:
+    geometry = adapter.geometry
+    heads = torch.as_tensor(patch.heads, dtype=torch.long)
+    bad = [int(h) for h in heads if not 0 <= int(h) < geometry.num_heads]
+    if bad:
+        raise HeadSpecError(
+            f"layer {layer}: head {bad[0]} does not exist (heads 0..{geometry.num_heads - 1})"
+        )
+    if tuple(patch.values.shape) != (len(heads), geometry.head_dim):
+        raise HeadSpecError(
+            f"layer {layer}: patch values have shape {tuple(patch.values.shape)}, expected "
+            f"({len(heads)}, {geometry.head_dim})"
+        )
+    return LayerPatch(heads, patch.values)

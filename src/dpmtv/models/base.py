@@ -1,0 +1,144 @@
+"""The model-adapter contract: where a family's attention output projections live, its head
+geometry, and how a :class:`~dpmtv.prompts.Prompt` becomes model inputs.
+
+An adapter is mostly data (class attributes). Module paths are resolved and verified against the
+loaded model when the adapter is attached, because transformers moves them between versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from dpmtv.errors import AdapterError
+from dpmtv.prompts import Prompt, chat_messages
+
+
+@dataclass(frozen=True)
+class HeadGeometry:
+    """Decoder geometry: ``num_layers`` layers of ``num_heads`` attention heads of ``head_dim``."""
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+
+    @property
+    def o_proj_in_features(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+class ModelAdapter:
+    """Base adapter. Subclasses set the class attributes and override only what differs."""
+
+    family: ClassVar[str]  # registry name, e.g. "llava"
+    display_name: ClassVar[str]  # e.g. "LLaVA"
+    model_types: ClassVar[tuple[str, ...]]  # config.model_type values served
+    decoder_layers_path: ClassVar[str]  # dotted path from the top-level model
+    o_proj_path: ClassVar[str] = "self_attn.o_proj"  # dotted path inside one decoder layer
+
+    def __init__(self, model: nn.Module, processor: Any):
+        self.model = model
+        self.processor = processor
+        self.geometry = self.head_geometry(model.config)
+        self.o_projs: list[nn.Module] = self._resolve_o_projs()
+
+    # ---- geometry -------------------------------------------------------------------------
+    @classmethod
+    def text_config(cls, config: Any) -> Any:
+        return config.text_config
+
+    @classmethod
+    def head_geometry(cls, config: Any) -> HeadGeometry:
+        """Head geometry from the text config; an explicit ``head_dim`` wins over hidden/heads."""
+        text = cls.text_config(config)
+        num_heads = int(text.num_attention_heads)
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // num_heads
+        return HeadGeometry(int(text.num_hidden_layers), num_heads, int(head_dim))
+
+    @classmethod
+    def load_processor(cls, path: str) -> Any:
+        """The family's processor; families whose stock processor needs torchvision override."""
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(path)
+        if not hasattr(processor, "tokenizer"):
+            raise AdapterError(
+                f"{cls.display_name}: AutoProcessor at '{path}' returned only "
+                f"{type(processor).__name__}, not a multimodal processor"
+            )
+        return processor
+
+    # ---- sites ----------------------------------------------------------------------------
+    def _resolve_o_projs(self) -> list[nn.Module]:
+        layers = _get_path(self.model, self.decoder_layers_path, self.display_name)
+        if len(layers) != self.geometry.num_layers:
+            raise AdapterError(
+                f"{self.display_name}: {self.decoder_layers_path} has {len(layers)} layers, "
+                f"but the config says num_hidden_layers={self.geometry.num_layers}"
+            )
+        o_projs = [_get_path(layer, self.o_proj_path, self.display_name) for layer in layers]
+        for index, o_proj in enumerate(o_projs):
+            width = getattr(o_proj, "in_features", None)
+            if width != self.geometry.o_proj_in_features:
+                raise AdapterError(
+                    f"{self.display_name}: layer {index} {self.o_proj_path} takes {width} input "
+                    f"features, expected num_heads*head_dim = {self.geometry.num_heads}*"
+                    f"{self.geometry.head_dim} = {self.geometry.o_proj_in_features}"
+                )
+        return o_projs
+
+    # ---- prompts --------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        return self.processor.tokenizer
+
+    def render_text(self, prompt: Prompt) -> str:
+        """The prompt as text in the family's format (the checkpoint's chat template)."""
+        if not getattr(self.processor, "chat_template", None):
+            raise AdapterError(
+                f"{self.display_name}: the processor has no chat template; add one to the "
+                "checkpoint folder (chat_template.jinja) so dpmtv knows the prompt format"
+            )
+        return self.processor.apply_chat_template(
+            chat_messages(prompt), add_generation_prompt=True, tokenize=False
+        )
+
+    def processor_images(self, prompts: Sequence[Prompt]) -> list:
+        """Images in the layout the family's processor expects (default: one list per prompt)."""
+        return [prompt.all_images() for prompt in prompts]
+
+    def encode(self, prompts: Sequence[Prompt]) -> dict[str, torch.Tensor]:
+        """Left-padded batch of model inputs, so position -1 is every row's real last token."""
+        self.tokenizer.padding_side = "left"
+        texts = [self.render_text(prompt) for prompt in prompts]
+        kwargs: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
+        if any(prompt.all_images() for prompt in prompts):
+            kwargs["images"] = self.processor_images(prompts)
+        batch = self.processor(**kwargs)
+        device = next(self.model.parameters()).device
+        return {key: value.to(device) for key, value in batch.items()}
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        if ids is None:
+            ids = self.tokenizer.eos_token_id
+        return [ids] if isinstance(ids, int) else list(ids or [])
+
+
+def _get_path(root: nn.Module, dotted: str, family: str) -> Any:
+    obj: Any = root
+    for part in dotted.split("."):
+        try:
+            obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+        except (AttributeError, IndexError) as exc:
+            raise AdapterError(
+                f"{family}: module path '{dotted}' does not resolve on "
+                f"{type(root).__name__} (stopped at '{part}'); this transformers version may "
+                "have moved it — update the adapter's path"
+            ) from exc
+    return obj

@@ -1,0 +1,64 @@
+"""Prompt content: demonstrations and a query, independent of any model family.
+
+A :class:`Prompt` is what one chunk (or one inference query) renders to. How it becomes tokens is
+the model adapter's job (``ModelAdapter.encode``): by default through the checkpoint's own chat
+template, as a conversation of alternating user (image(s) + question) and assistant (answer)
+turns ending with the query's user turn and the generation prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class Example:
+    """One image+text example; ``answer`` is ``None`` for a query."""
+
+    images: tuple[Image.Image, ...]
+    question: str
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Many-shot prompt: demonstrations, then one query whose answer the model must produce."""
+
+    demonstrations: tuple[Example, ...]
+    query: Example
+
+    def all_images(self) -> list[Image.Image]:
+        return [im for ex in (*self.demonstrations, self.query) for im in ex.images]
+
+
+def chat_messages(prompt: Prompt) -> list[dict]:
+    """The prompt as chat messages in the structure transformers' chat templates expect."""
+    messages: list[dict] = []
+    for demo in prompt.demonstrations:
+        messages.append(_user_turn(demo))
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": demo.answer}]})
+    messages.append(_user_turn(prompt.query))
+    return messages
+
+
+def _user_turn(example: Example) -> dict:
+    content: list[dict] = [{"type": "image"} for _ in example.images]
+    content.append({"type": "text", "text": example.question})
+    return {"role": "user", "content": content}
+
+
+def zero_shot(query: Example) -> Prompt:
+    return Prompt(demonstrations=(), query=query)
+
+
+def blank_image(size: tuple[int, int] = (32, 32)) -> Image.Image:
+    """A data-free grey image, used for data-free queries and references."""
+    return Image.new("RGB", size, (127, 127, 127))
+
+
+def batched(items: Sequence, batch_size: int):
+    for start in range(0, len(items), batch_size):
+        yield items[start : start + batch_size]
