@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 _CHARS = [chr(code) for code in range(32, 127)] + ["\n", "\t"]
@@ -28,6 +28,7 @@ def char_tokenizer(
     vocab = {token: index for index, token in enumerate(specials + _CHARS)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token=unk_token))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.decoder = decoders.Fuse()  # characters decode without spaces between them
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=bos_token,

@@ -1,0 +1,65 @@
+"""Inference with a released task vector: every query is post-processing, at no privacy cost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from dpmtv.extract import iter_batches
+from dpmtv.hooks import PatchMode, overwrite_heads
+from dpmtv.models.base import ModelAdapter
+from dpmtv.models.fingerprint import model_identity
+from dpmtv.models.loading import LoadedModel
+from dpmtv.prompts import Example, zero_shot
+from dpmtv.vector import TaskVector
+
+
+@contextmanager
+def apply(
+    model: LoadedModel | ModelAdapter, vector: TaskVector, *, mode: PatchMode | str = PatchMode.EVERY_CALL
+) -> Iterator[ModelAdapter]:
+    """Overwrite the vector's heads at the last position of every forward call inside the block.
+
+    Refuses a model whose identity differs from the one the vector was built for. Hooks are
+    removed on exit, also when the block raises.
+    """
+    adapter = model.adapter if isinstance(model, LoadedModel) else model
+    name = model.name_or_path if isinstance(model, LoadedModel) else vector.metadata.model.get("name_or_path", "")
+    vector.check_model(model_identity(adapter, name))
+    with overwrite_heads(adapter, vector.patches(), mode=PatchMode(mode)):
+        yield adapter
+
+
+def answer_queries(
+    loaded: LoadedModel,
+    queries: Sequence[Example],
+    *,
+    vector: TaskVector | None = None,
+    max_new_tokens: int = 16,
+    batch_size: int = 8,
+    mode: PatchMode | str = PatchMode.EVERY_CALL,
+) -> list[str]:
+    """Greedy zero-shot answers, with the vector applied when one is given."""
+    answers: list[str] = []
+    patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
+    with patched:
+        for batch in iter_batches(list(queries), batch_size):
+            prompts = [zero_shot(query) for query in batch]
+            answers.extend(_generate(loaded.adapter, prompts, max_new_tokens))
+    return answers
+
+
+def _generate(adapter: ModelAdapter, prompts, max_new_tokens: int) -> list[str]:
+    inputs = adapter.encode(prompts)
+    tokenizer = adapter.tokenizer
+    with torch.no_grad():
+        output = adapter.model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    new_tokens = output[:, inputs["input_ids"].shape[1] :]
+    return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]

@@ -1,0 +1,177 @@
+"""Records: one private demonstration = image(s) + question + answer (+ optional id, user id).
+
+Loaders read JSONL, CSV (same field names) and Hugging Face ``datasets`` saved on disk, and
+validate everything up front: a missing field, an unreadable or corrupt image or an empty set
+fails with one message naming the file, the record and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from PIL import Image, UnidentifiedImageError
+
+from dpmtv.errors import RecordError
+
+ImageSource = Union[Path, bytes, Image.Image]
+REQUIRED_FIELDS = ("image", "question", "answer")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One demonstration. ``where`` says where it came from (``file:line``) for error messages."""
+
+    record_id: str
+    images: tuple[ImageSource, ...]
+    question: str
+    answer: str
+    user_id: str | None = None
+    where: str = ""
+    has_explicit_id: bool = False
+
+    def load_images(self) -> tuple[Image.Image, ...]:
+        return tuple(_open_image(source, self.where, index) for index, source in enumerate(self.images))
+
+
+def load_records(path: str | Path, *, require_answer: bool = True) -> list[Record]:
+    """Read and validate records from a ``.jsonl``/``.csv`` file or a saved ``datasets`` folder.
+
+    ``require_answer=False`` reads queries, whose answer field may be absent.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RecordError(f"data file '{path}' does not exist")
+    if path.is_dir():
+        records = _from_datasets(path, require_answer)
+    elif path.suffix.lower() == ".jsonl":
+        records = list(_from_jsonl(path, require_answer))
+    elif path.suffix.lower() == ".csv":
+        records = list(_from_csv(path, require_answer))
+    else:
+        raise RecordError(
+            f"'{path}': unknown data format '{path.suffix}'; use .jsonl, .csv or a folder "
+            "written by datasets' save_to_disk"
+        )
+    return validate_records(records, source=str(path))
+
+
+def validate_records(records: list[Record], *, source: str) -> list[Record]:
+    """Check every record's images decode and ids are unique; refuse an empty set."""
+    if not records:
+        raise RecordError(f"'{source}' contains no records")
+    seen: dict[str, str] = {}
+    for record in records:
+        if record.has_explicit_id and record.record_id in seen:
+            raise RecordError(
+                f"{record.where}: field 'id' = '{record.record_id}' repeats the id of "
+                f"{seen[record.record_id]}; record ids must be unique"
+            )
+        seen[record.record_id] = record.where
+        record.load_images()
+    return records
+
+
+def _from_jsonl(path: Path, require_answer: bool) -> Iterable[Record]:
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise RecordError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield _record_from_row(row, where, path.parent, f"line-{line_number}", require_answer)
+
+
+def _from_csv(path: Path, require_answer: bool) -> Iterable[Record]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        for line_number, row in enumerate(csv.DictReader(handle), start=2):
+            row = {key: value for key, value in row.items() if value not in (None, "")}
+            if "image" in row:
+                row["image"] = [part.strip() for part in row["image"].split(";") if part.strip()]
+            where = f"{path}:{line_number}"
+            yield _record_from_row(row, where, path.parent, f"line-{line_number}", require_answer)
+
+
+def _from_datasets(path: Path, require_answer: bool) -> list[Record]:
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise RecordError(f"'{path}' is not a dataset saved with save_to_disk: {exc}") from None
+    if isinstance(dataset, datasets.DatasetDict):
+        raise RecordError(
+            f"'{path}' holds several splits ({', '.join(dataset)}); point at one split's folder"
+        )
+    return [
+        _record_from_row(dict(row), f"{path}[{index}]", path, f"row-{index}", require_answer)
+        for index, row in enumerate(dataset)
+    ]
+
+
+def _record_from_row(
+    row: dict[str, Any], where: str, base: Path, default_id: str, require_answer: bool = True
+) -> Record:
+    required = REQUIRED_FIELDS if require_answer else ("image", "question")
+    missing = [name for name in required if row.get(name) in (None, "", [])]
+    if missing:
+        raise RecordError(f"{where}: missing field '{missing[0]}'")
+    row.setdefault("answer", "")
+    for name in ("question", "answer"):
+        if not isinstance(row[name], (str, int, float)):
+            raise RecordError(f"{where}: field '{name}' must be text, got {type(row[name]).__name__}")
+    images = row["image"] if isinstance(row["image"], list) else [row["image"]]
+    return Record(
+        record_id=str(row["id"]) if row.get("id") not in (None, "") else default_id,
+        images=tuple(_image_source(value, where, base) for value in images),
+        question=str(row["question"]),
+        answer=str(row["answer"]),
+        user_id=None if row.get("user_id") in (None, "") else str(row["user_id"]),
+        where=where,
+        has_explicit_id=row.get("id") not in (None, ""),
+    )
+
+
+def _image_source(value: Any, where: str, base: Path) -> ImageSource:
+    if isinstance(value, Image.Image):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, dict) and value.get("bytes"):  # datasets' undecoded Image feature
+        return bytes(value["bytes"])
+    if isinstance(value, str):
+        return (base / value).resolve()
+    raise RecordError(f"{where}: field 'image' must be a path, bytes or an image, got {type(value).__name__}")
+
+
+def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
+    field = "image" if index == 0 else f"image[{index}]"
+    if isinstance(source, Image.Image):
+        return source.convert("RGB")
+    if isinstance(source, Path) and not source.exists():
+        raise RecordError(f"{where}: field '{field}': file '{source}' does not exist")
+    try:
+        with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        name = f"file '{source}'" if isinstance(source, Path) else "inline bytes"
+        raise RecordError(f"{where}: field '{field}': {name} is not a readable image ({exc})") from None
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows as JSONL (used by the demo and tests to produce record files)."""
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in records:
+            handle.write(json.dumps(row) + "\n")
+    return path

@@ -1,0 +1,109 @@
+"""Head sets: which (layer, head) pairs a task vector covers, and the ``--heads`` syntax.
+
+``all``                        every head of every layer
+``layers:4-7`` / ``layers:0,2``  every head of the listed layers (ranges inclusive)
+``heads:3.1,3.5,10.0``         explicit layer.head pairs
+a file path                    JSON list of [layer, head] pairs, or a JSON object with a
+                               ``heads`` key holding one (as written by head selection)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmtv.errors import HeadSpecError
+from dpmtv.models.base import HeadGeometry
+
+
+@dataclass(frozen=True)
+class HeadSet:
+    """A sorted, duplicate-free tuple of (layer, head) pairs."""
+
+    pairs: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> HeadSet:
+        unique = sorted({(int(layer), int(head)) for layer, head in pairs})
+        if not unique:
+            raise HeadSpecError("the head set is empty; select at least one head")
+        return cls(tuple(unique))
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted({layer for layer, _ in self.pairs})
+
+    def heads_in(self, layer: int) -> list[int]:
+        return [head for pair_layer, head in self.pairs if pair_layer == layer]
+
+    def check(self, geometry: HeadGeometry) -> HeadSet:
+        for layer, head in self.pairs:
+            if not 0 <= layer < geometry.num_layers:
+                raise HeadSpecError(
+                    f"layer {layer} does not exist: the model has layers 0..{geometry.num_layers - 1}"
+                )
+            if not 0 <= head < geometry.num_heads:
+                raise HeadSpecError(
+                    f"head {head} of layer {layer} does not exist: the model has heads "
+                    f"0..{geometry.num_heads - 1} per layer"
+                )
+        return self
+
+    def to_json(self) -> list[list[int]]:
+        return [list(pair) for pair in self.pairs]
+
+
+def parse_head_spec(spec: str, geometry: HeadGeometry) -> HeadSet:
+    spec = spec.strip()
+    if spec == "all":
+        return HeadSet.of((layer, head) for layer in range(geometry.num_layers) for head in range(geometry.num_heads))
+    if spec.startswith("layers:"):
+        layers = _parse_int_list(spec[len("layers:") :], spec)
+        return HeadSet.of((layer, head) for layer in layers for head in range(geometry.num_heads)).check(geometry)
+    if spec.startswith("heads:"):
+        return HeadSet.of(_parse_pair(item, spec) for item in spec[len("heads:") :].split(",")).check(geometry)
+    path = Path(spec)
+    if path.is_file():
+        return _from_file(path).check(geometry)
+    raise HeadSpecError(
+        f"--heads '{spec}' is not understood: use 'all', 'layers:A-B[,C]', "
+        "'heads:L.H[,L.H]' or the path of a JSON file of [layer, head] pairs"
+    )
+
+
+def _parse_int_list(text: str, spec: str) -> list[int]:
+    values: list[int] = []
+    try:
+        for item in text.split(","):
+            if "-" in item:
+                start, end = (int(part) for part in item.split("-", 1))
+                values.extend(range(start, end + 1))
+            else:
+                values.append(int(item))
+    except ValueError:
+        raise HeadSpecError(f"--heads '{spec}': '{text}' is not a list of layer numbers or ranges") from None
+    return values
+
+
+def _parse_pair(item: str, spec: str) -> tuple[int, int]:
+    try:
+        layer, head = item.strip().split(".")
+        return int(layer), int(head)
+    except ValueError:
+        raise HeadSpecError(f"--heads '{spec}': '{item}' is not layer.head (e.g. 3.5)") from None
+
+
+def _from_file(path: Path) -> HeadSet:
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HeadSpecError(f"head file '{path}' is not readable JSON: {exc}") from None
+    pairs = content.get("heads") if isinstance(content, dict) else content
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise HeadSpecError(f"head file '{path}' must hold a list of [layer, head] pairs")
+    return HeadSet.of((int(layer), int(head)) for layer, head in pairs)

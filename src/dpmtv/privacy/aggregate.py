@@ -1,0 +1,188 @@
+"""Streaming sum of clipped chunk vectors and the un-noised mean (SPEC §4.6).
+
+``μ^(l) = (1/m) Σ_j â_j^(l)``. The accumulator keeps one float64 sum per layer, so memory is
+constant in the number of records ``N`` and chunks ``m``; batches of chunks are added as they come
+out of the model, and accumulators of distributed workers are combined with
+:meth:`ClippedSumAccumulator.merge` before the driver adds noise once.
+
+The result, :class:`UnnoisedMean`, is the most sensitive object in the library: it has no public
+accessor of its values, refuses pickling and copying, and is consumed exactly once by
+:func:`dpmtv.privacy.release.add_gaussian_noise` (or the explicitly non-private release).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from dpmtv.errors import (
+    DangerousModeError,
+    NoiseAlreadyAddedError,
+    NumericalError,
+    ParameterError,
+)
+from dpmtv.privacy._checks import check_int
+
+__all__ = ["ClippedSumAccumulator", "UnnoisedMean"]
+
+_NEVER_LEAVES = "the un-noised aggregate never leaves process memory"
+
+
+class UnnoisedMean:
+    """Per-layer float64 mean of the clipped chunk vectors, before noise.
+
+    Only shapes are public. The values are read once, by the release functions, which mark the
+    object ``consumed`` and drop its reference to them. Pickling and copying raise
+    :class:`~dpmtv.errors.DangerousModeError`.
+    """
+
+    __slots__ = ("_values", "_num_chunks", "_layer_dims", "_consumed")
+
+    def __init__(self, values: Mapping[int, np.ndarray], *, num_chunks: int) -> None:
+        self._values = {layer: np.asarray(values[layer], np.float64) for layer in sorted(values)}
+        self._num_chunks = num_chunks
+        self._layer_dims = {layer: int(v.shape[0]) for layer, v in self._values.items()}
+        self._consumed = False
+
+    @property
+    def layer_dims(self) -> dict[int, int]:
+        """Layer -> vector length ``D_l`` (public)."""
+        return dict(self._layer_dims)
+
+    @property
+    def num_chunks(self) -> int:
+        """The public ``m`` the sums were divided by."""
+        return self._num_chunks
+
+    @property
+    def consumed(self) -> bool:
+        """True once a release has read (and dropped) the values."""
+        return self._consumed
+
+    def _consume(self) -> dict[int, np.ndarray]:
+        """Hand the values to a release function exactly once; for ``privacy.release`` only."""
+        if self._consumed:
+            raise NoiseAlreadyAddedError(
+                "this un-noised mean was already released; a release can be noised only once"
+            )
+        values, self._values, self._consumed = self._values, {}, True
+        return values
+
+    def __repr__(self) -> str:
+        shapes = {layer: (dim,) for layer, dim in self._layer_dims.items()}
+        return (
+            f"UnnoisedMean(shapes={shapes}, num_chunks={self._num_chunks}, "
+            f"consumed={self._consumed})"
+        )
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise DangerousModeError(f"cannot pickle an UnnoisedMean: {_NEVER_LEAVES}")
+
+    def __reduce__(self) -> object:
+        raise DangerousModeError(f"cannot pickle an UnnoisedMean: {_NEVER_LEAVES}")
+
+    def __copy__(self) -> UnnoisedMean:
+        raise DangerousModeError(f"cannot copy an UnnoisedMean: {_NEVER_LEAVES}")
+
+    def __deepcopy__(self, memo: object) -> UnnoisedMean:
+        raise DangerousModeError(f"cannot copy an UnnoisedMean: {_NEVER_LEAVES}")
+
+
+class ClippedSumAccumulator:
+    """Running per-layer sums of clipped chunk vectors, constant memory in ``N``.
+
+    The accumulator is picklable on purpose: it is what a distributed worker returns to the
+    driver, which :meth:`merge`-s the workers' sums and adds noise once. It holds un-noised
+    sums, so never write it to disk; its ``repr`` shows only shapes and the row count.
+    """
+
+    def __init__(self, layer_dims: Mapping[int, int]) -> None:
+        if not layer_dims:
+            raise ParameterError("layer_dims must name at least one layer")
+        self._sums = {
+            layer: np.zeros(check_int(f"layer {layer} dimension", layer_dims[layer], minimum=1))
+            for layer in sorted(layer_dims)
+        }  # layer -> (D_l,) float64
+        self._num_rows = 0
+        self._finalised = False
+
+    @property
+    def num_rows(self) -> int:
+        """How many chunk rows were added (data-dependent under add-remove: never divide by it)."""
+        return self._num_rows
+
+    @property
+    def layer_dims(self) -> dict[int, int]:
+        """Layer -> vector length ``D_l``."""
+        return {layer: int(s.shape[0]) for layer, s in self._sums.items()}
+
+    def add(self, clipped: Mapping[int, np.ndarray]) -> None:
+        """Add a batch of clipped rows: layer -> ``(B, D_l)``, the same ``B`` for every layer."""
+        self._check_open()
+        batch = self._check_batch(clipped)
+        for layer, rows in clipped.items():
+            self._sums[layer] += np.asarray(rows, np.float64).sum(axis=0)  # (D_l,)
+        self._num_rows += batch
+
+    def merge(self, other: ClippedSumAccumulator) -> None:
+        """Add another accumulator's sums and row count (e.g. a worker's) to this one."""
+        self._check_open()
+        other._check_open()
+        if other.layer_dims != self.layer_dims:
+            raise ParameterError(
+                f"cannot merge accumulators with layer dims {other.layer_dims} "
+                f"into {self.layer_dims}"
+            )
+        for layer, total in other._sums.items():
+            self._sums[layer] += total
+        self._num_rows += other._num_rows
+
+    def mean(self, *, num_chunks: int) -> UnnoisedMean:
+        """Divide the sums by the PUBLIC number of chunks ``m`` and finalise the accumulator.
+
+        The divisor is ``m``, never :attr:`num_rows`: under add-remove-one the number of non-empty
+        chunks depends on the data, while empty chunks contribute the zero vector and ``m`` is a
+        fixed public parameter. Dividing by a data-dependent count would change the sensitivity
+        analysis (and leak the count). The mean can be taken once; the sums are then dropped.
+
+        Raises:
+            ParameterError: ``num_chunks < 1`` or fewer than the rows added.
+        """
+        self._check_open()
+        num_chunks = check_int("num_chunks", num_chunks, minimum=1)
+        if self._num_rows > num_chunks:
+            raise ParameterError(
+                f"{self._num_rows} chunk rows were added but num_chunks is {num_chunks}; "
+                "each chunk contributes at most one row"
+            )
+        values = {layer: total / num_chunks for layer, total in self._sums.items()}
+        self._sums, self._finalised = {}, True
+        return UnnoisedMean(values, num_chunks=num_chunks)
+
+    def __repr__(self) -> str:
+        return f"ClippedSumAccumulator(layer_dims={self.layer_dims}, num_rows={self._num_rows})"
+
+    def _check_open(self) -> None:
+        if self._finalised:
+            raise NoiseAlreadyAddedError(
+                "this accumulator's mean was already taken; build a new accumulator"
+            )
+
+    def _check_batch(self, clipped: Mapping[int, np.ndarray]) -> int:
+        if set(clipped) != set(self._sums):
+            raise ParameterError(f"expected layers {sorted(self._sums)}, got {sorted(clipped)}")
+        sizes = set()
+        for layer, rows in clipped.items():
+            rows = np.asarray(rows)
+            expected = self._sums[layer].shape[0]
+            if rows.ndim != 2 or rows.shape[1] != expected:
+                raise ParameterError(
+                    f"layer {layer}: expected shape (B, {expected}), got {rows.shape}"
+                )
+            if not np.isfinite(rows).all():
+                raise NumericalError(f"layer {layer}: clipped rows contain NaN or inf")
+            sizes.add(rows.shape[0])
+        if len(sizes) != 1:
+            raise ParameterError(f"every layer must have the same number of rows, got {sizes}")
+        return sizes.pop()

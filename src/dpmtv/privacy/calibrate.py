@@ -1,0 +1,144 @@
+"""Calibrate the Gaussian noise multiplier to a target (epsilon, delta) (SPEC §4.8).
+
+Two routes, both for unit sensitivity (multiply by ``Δ`` to get the noise std):
+
+* :func:`analytic_gaussian_noise_multiplier`: the analytic Gaussian mechanism of Balle & Wang
+  (ICML 2018), exact for one Gaussian release: the smallest ``σ₁`` with
+  ``Φ(−εσ₁ + 1/(2σ₁)) − e^ε Φ(−εσ₁ − 1/(2σ₁)) <= δ``. ``σ₁(1, 1e-5) = 3.7306316348...``.
+* :func:`calibrate_gaussian_noise_multiplier`: a search over the PLD accountant for the whole
+  composed build (fixed events, e.g. a private head selection, plus the Gaussian release). It is
+  the one the release uses, and it never overshoots: the returned multiplier's accounted epsilon
+  is <= the target, checked after the search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import dp_accounting
+from dp_accounting import mechanism_calibration
+
+from dpmtv.errors import NumericalError, ParameterError
+from dpmtv.privacy.events import epsilon_of, gaussian_release_event, make_accountant
+
+__all__ = [
+    "analytic_gaussian_noise_multiplier",
+    "calibrate_gaussian_noise_multiplier",
+    "validate_epsilon_delta",
+]
+
+# Search tolerance relative to the analytic multiplier (the answer is within ~1e-3 of it).
+_RELATIVE_TOL = 1e-7
+
+
+def validate_epsilon_delta(
+    *, epsilon: float, delta: float, num_records: int | None = None
+) -> list[str]:
+    """Check a target budget; return warnings for legal but risky values.
+
+    Raises:
+        ParameterError: epsilon not finite and > 0, or delta not in (0, 1); names the value.
+
+    Returns:
+        Warning strings, e.g. when ``delta >= 1/N`` (such a delta allows releasing a whole
+        record outright with probability delta).
+    """
+    if (
+        isinstance(epsilon, bool)
+        or not _is_real(epsilon)
+        or not (math.isfinite(epsilon) and epsilon > 0)
+    ):
+        raise ParameterError(f"epsilon must be > 0 and finite, got {epsilon!r}")
+    if isinstance(delta, bool) or not _is_real(delta) or not (0.0 < delta < 1.0):
+        raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
+    warnings = []
+    if num_records is not None and num_records > 0 and delta >= 1.0 / num_records:
+        warnings.append(
+            f"delta = {delta:g} is >= 1/N = {1.0 / num_records:g} for N = {num_records} records; "
+            "such a delta permits leaking a whole record; choose delta well below 1/N"
+        )
+    return warnings
+
+
+def analytic_gaussian_noise_multiplier(*, epsilon: float, delta: float) -> float:
+    """Balle & Wang's analytic Gaussian ``σ₁(ε, δ)`` for sensitivity 1 (``get_sigma_gaussian``)."""
+    validate_epsilon_delta(epsilon=epsilon, delta=delta)
+    return float(dp_accounting.get_sigma_gaussian(float(epsilon), float(delta)))
+
+
+def calibrate_gaussian_noise_multiplier(
+    *,
+    epsilon: float,
+    delta: float,
+    fixed_events: Sequence[dp_accounting.DpEvent] = (),
+) -> float:
+    """Smallest noise multiplier ``z`` (within a 1e-7 relative tolerance, rounded up) such that
+    ``ComposedDpEvent([*fixed_events, GaussianDpEvent(z)])`` is (epsilon, delta)-DP under the
+    PLD accountant of :func:`dpmtv.privacy.events.make_accountant`.
+
+    ``dp_accounting.calibrate_dp_mechanism`` (Brent's method) finds ``z`` within ``tol`` of the
+    optimum from either side; we add ``tol`` and then re-check with the accountant, growing ``z``
+    until the accounted epsilon is <= the target, so the result never overshoots.
+
+    Raises:
+        ParameterError: an invalid (epsilon, delta), or fixed events that alone spend the budget.
+    """
+    validate_epsilon_delta(epsilon=epsilon, delta=delta)
+    epsilon, delta, fixed = float(epsilon), float(delta), list(fixed_events)
+    _check_fixed_budget(fixed, epsilon=epsilon, delta=delta)
+    analytic = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta)
+    tol = _RELATIVE_TOL * analytic
+
+    def make_event(z: float) -> dp_accounting.DpEvent:
+        return _release_event(fixed, z)
+
+    found = mechanism_calibration.calibrate_dp_mechanism(
+        make_accountant,
+        make_event,
+        epsilon,
+        delta,
+        bracket_interval=mechanism_calibration.LowerEndpointAndGuess(0.5 * analytic, analytic),
+        tol=tol,
+    )
+    return _round_up_to_budget(fixed, float(found) + tol, epsilon=epsilon, delta=delta, tol=tol)
+
+
+def _release_event(fixed: list[dp_accounting.DpEvent], z: float) -> dp_accounting.DpEvent:
+    gaussian = gaussian_release_event(noise_multiplier=z)
+    return dp_accounting.ComposedDpEvent([*fixed, gaussian]) if fixed else gaussian
+
+
+def _round_up_to_budget(
+    fixed: list[dp_accounting.DpEvent], z: float, *, epsilon: float, delta: float, tol: float
+) -> float:
+    """Grow ``z`` until the accountant confirms epsilon <= target (the no-overshoot guarantee)."""
+    step = tol
+    for _ in range(60):
+        if epsilon_of(_release_event(fixed, z), delta=delta) <= epsilon:
+            return z
+        z, step = z + step, 2 * step
+    raise NumericalError(
+        f"could not calibrate a noise multiplier for epsilon={epsilon}, delta={delta}"
+    )
+
+
+def _check_fixed_budget(
+    fixed: list[dp_accounting.DpEvent], *, epsilon: float, delta: float
+) -> None:
+    if not fixed:
+        return
+    spent = epsilon_of(dp_accounting.ComposedDpEvent(fixed), delta=delta)
+    if not spent < epsilon:
+        raise ParameterError(
+            f"the fixed events alone spend epsilon = {spent:g} at delta = {delta:g}, which leaves "
+            f"nothing of the target epsilon = {epsilon:g} for the release"
+        )
+
+
+def _is_real(value: object) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,230 @@
+"""The one place noise is drawn (SPEC §4.9).
+
+:func:`draw_gaussian_noise` takes a count, a std and a sampler, and returns float64 noise. The
+samplers:
+
+==========================  ======  ====================  ====================================
+sampler                     secure  floating-point safe   source
+==========================  ======  ====================  ====================================
+``OpenDPGaussianSampler``   yes     yes                   OpenDP ``make_gaussian`` (default)
+``CsprngNumpyGaussianSampler`` yes  no                    numpy PCG64 seeded from OS entropy
+``SeededGaussianSampler``   NO      no                    numpy PCG64 from a user seed
+==========================  ======  ====================  ====================================
+
+"Floating-point safe": naive floating-point Gaussian sampling leaves gaps and irregularities in
+the set of reachable outputs that can reveal the un-noised value (Mironov, CCS 2012). OpenDP's
+Gaussian mechanism instead samples a discrete Gaussian exactly, on the grid of all float64 values
+(granularity ``2^-1074``, the default ``k``), from the OS CSPRNG, so the released floats have the
+distribution its privacy proof assumes. Its privacy map (zCDP ``ρ = Δ²/(2σ²)``, converted to
+(ε, δ) by OpenDP's own ``make_zCDP_to_approxDP`` and ``make_fix_delta``) gives
+:func:`opendp_noise_std`, which is somewhat larger than the analytic Gaussian's σ because the
+zCDP-to-(ε, δ) conversion is not tight; the release uses the larger of the two.
+
+Measured speed (this machine, opendp 0.16, default ``k``): about 16,000 values/s in a single
+thread (100,000 values in about 6.3 s), independent of the scale. Calls are chunked into
+``OPENDP_CHUNK`` values only to bound the memory of the Python lists OpenDP returns; chunking
+does not change the speed. (A coarser grid, e.g. ``k = -40``, samples ~5× faster but makes the
+privacy map depend on the vector size; not offered.)
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import opendp.prelude as dp
+
+from dpmtv.errors import DangerousModeError, NumericalError, ParameterError
+from dpmtv.privacy._checks import check_int, check_positive
+from dpmtv.privacy.partition import secure_rng, seeded_rng
+
+__all__ = [
+    "OPENDP_CHUNK",
+    "CsprngNumpyGaussianSampler",
+    "NoiseSampler",
+    "OpenDPGaussianSampler",
+    "SeededGaussianSampler",
+    "draw_gaussian_noise",
+    "make_sampler",
+    "opendp_noise_std",
+]
+
+OPENDP_CHUNK = 1 << 16
+SAMPLER_NAMES = ("opendp", "csprng-numpy")
+
+
+@runtime_checkable
+class NoiseSampler(Protocol):
+    """A source of i.i.d. ``N(0, noise_std²)`` float64 noise."""
+
+    name: str
+    secure: bool
+    floating_point_safe: bool
+
+    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
+        """``num_values`` independent draws of ``N(0, noise_std²)``, float64."""
+        ...
+
+    def privacy_map_noise_std(
+        self, *, l2_sensitivity: float, epsilon: float, delta: float
+    ) -> float | None:
+        """The std the sampler's own privacy map needs, or None if it has no map."""
+        ...
+
+
+def draw_gaussian_noise(num_values: int, *, noise_std: float, sampler: NoiseSampler) -> np.ndarray:
+    """Draw ``num_values`` i.i.d. ``N(0, noise_std²)`` values (float64) from ``sampler``.
+
+    Raises:
+        ParameterError: a negative count or a std that is not finite and > 0.
+        NumericalError: the sampler returned the wrong shape or non-finite values.
+    """
+    num_values = check_int("num_values", num_values, minimum=0)
+    noise_std = check_positive("noise_std", noise_std)
+    noise = np.asarray(sampler.sample(num_values, noise_std=noise_std), np.float64)
+    if noise.shape != (num_values,) or not np.isfinite(noise).all():
+        raise NumericalError(
+            f"sampler {sampler.name!r} returned shape {noise.shape} or non-finite noise "
+            f"for {num_values} values"
+        )
+    return noise
+
+
+class OpenDPGaussianSampler:
+    """OpenDP's exact Gaussian sampler (secure, floating-point safe); the default."""
+
+    name = "opendp"
+    secure = True
+    floating_point_safe = True
+
+    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
+        """Apply OpenDP's Gaussian mechanism (scale = ``noise_std``) to zero vectors."""
+        measurement = _opendp_gaussian(noise_std)
+        out = np.empty(num_values, dtype=np.float64)
+        for start in range(0, num_values, OPENDP_CHUNK):
+            stop = min(start + OPENDP_CHUNK, num_values)
+            out[start:stop] = measurement(np.zeros(stop - start))
+        return out
+
+    def privacy_map_noise_std(
+        self, *, l2_sensitivity: float, epsilon: float, delta: float
+    ) -> float | None:
+        """:func:`opendp_noise_std` for these parameters."""
+        return opendp_noise_std(l2_sensitivity=l2_sensitivity, epsilon=epsilon, delta=delta)
+
+    def __repr__(self) -> str:
+        return "OpenDPGaussianSampler()"
+
+
+class CsprngNumpyGaussianSampler:
+    """numpy's Gaussian from a PCG64 generator seeded with 256 bits of OS entropy per call.
+
+    The seed is unpredictable and never stored, so the noise cannot be reproduced; but PCG64 is
+    not a cryptographic stream and numpy's floating-point sampling is not floating-point safe.
+    Prefer :class:`OpenDPGaussianSampler` unless speed matters more.
+    """
+
+    name = "csprng-numpy"
+    secure = True
+    floating_point_safe = False
+
+    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
+        """Fresh OS-entropy-seeded generator, ``num_values`` normal draws scaled by the std."""
+        return secure_rng().normal(0.0, noise_std, size=num_values)
+
+    def privacy_map_noise_std(self, **_: float) -> float | None:
+        """No own privacy map: the analytic / PLD calibration applies."""
+        return None
+
+    def __repr__(self) -> str:
+        return "CsprngNumpyGaussianSampler()"
+
+
+class SeededGaussianSampler:
+    """INSECURE, reproducible noise from a user seed, for experiments only.
+
+    Whoever knows the seed can subtract the noise: a release made with this sampler has NO privacy
+    guarantee. It is recorded as insecure in the artifact. Successive calls on one instance
+    continue one stream, so a run is reproducible from the seed.
+    """
+
+    name = "seeded-numpy"
+    secure = False
+    floating_point_safe = False
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._rng = seeded_rng(seed)
+
+    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
+        """The next ``num_values`` draws of the seeded stream, scaled by the std."""
+        return self._rng.normal(0.0, noise_std, size=num_values)
+
+    def privacy_map_noise_std(self, **_: float) -> float | None:
+        """No own privacy map."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"SeededGaussianSampler(seed={self.seed!r})  # INSECURE"
+
+
+def make_sampler(
+    name: str = "opendp", *, seed: int | None = None, allow_insecure_seed: bool = False
+) -> NoiseSampler:
+    """The sampler called ``name`` (``"opendp"`` or ``"csprng-numpy"``), or the insecure seeded one.
+
+    Raises:
+        DangerousModeError: a seed without ``allow_insecure_seed=True``.
+        ParameterError: an unknown name (lists the valid ones).
+    """
+    if name not in SAMPLER_NAMES:
+        raise ParameterError(f"unknown noise sampler {name!r}; valid names are {SAMPLER_NAMES}")
+    if seed is not None:
+        if not allow_insecure_seed:
+            raise DangerousModeError(
+                f"a noise seed ({seed!r}) makes the noise reproducible and removes the privacy "
+                "guarantee; pass --insecure-seeded-noise (CLI) or allow_insecure_seed=True "
+                "(Python) to run this insecure experiment"
+            )
+        return SeededGaussianSampler(seed)
+    return OpenDPGaussianSampler() if name == "opendp" else CsprngNumpyGaussianSampler()
+
+
+def opendp_noise_std(*, l2_sensitivity: float, epsilon: float, delta: float) -> float:
+    """Smallest scale at which OpenDP's own map certifies (epsilon, delta) for ``d_in = Δ``.
+
+    The measurement is ``make_fix_delta(make_zCDP_to_approxDP(make_gaussian(...)), delta)``;
+    ``opendp.binary_search_param`` returns a scale on the passing side of the boundary, and the
+    result is re-checked with the map before it is returned.
+
+    Raises:
+        ParameterError: a sensitivity not finite and > 0, or an invalid (epsilon, delta).
+        NumericalError: OpenDP's map does not certify the scale found (should not happen).
+    """
+    d_in = check_positive("l2_sensitivity", l2_sensitivity)
+    target = (check_positive("epsilon", epsilon), check_positive("delta", delta))
+    if not target[1] < 1.0:
+        raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
+
+    def make(scale: float) -> object:
+        return _opendp_approx_dp(scale, target[1])
+
+    scale = float(dp.binary_search_param(make, d_in=d_in, d_out=target, T=float))
+    if not make(scale).check(d_in, target):
+        raise NumericalError(f"OpenDP's map does not certify scale {scale} for {target}")
+    return scale
+
+
+def _opendp_space() -> tuple[object, object]:
+    dp.enable_features("contrib")
+    # No fixed size: with the default k the discretisation is exact and the map size-free.
+    return dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
+
+
+def _opendp_gaussian(noise_std: float) -> object:
+    return dp.m.make_gaussian(*_opendp_space(), scale=float(noise_std))
+
+
+def _opendp_approx_dp(scale: float, delta: float) -> object:
+    zcdp = _opendp_gaussian(scale)
+    return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(zcdp), delta=delta)

@@ -1,0 +1,168 @@
+"""The released task vector and its ``.safetensors`` artifact (SPEC §7).
+
+Tensors: ``vector`` (K, d) float32 — the noisy per-head values, reference added back;
+``heads`` (K, 2) int64 — (layer, head) pairs; optionally ``reference`` (K, d) — the public
+centring reference. Metadata key ``dpmtv`` holds a versioned JSON document
+(:class:`ArtifactMetadata`) with a SHA-256 of the tensors, verified on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
+from dpmtv.heads import HeadSet
+from dpmtv.hooks import LayerPatch
+from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
+
+FORMAT_VERSION = 1
+METADATA_KEY = "dpmtv"
+
+
+class PrivacyMetadata(BaseModel):
+    """How the vector was privatised. ``private=False`` marks an explicitly non-private build."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    private: bool
+    epsilon: float
+    delta: float
+    epsilon_spent: float
+    neighbouring_relation: str
+    privacy_unit: str = "record"
+    l2_clip_norm: list[float]  # one per released layer, in layer order
+    l2_sensitivity: float
+    noise_std: float
+    noise_std_analytic: float | None
+    noise_std_sampler_map: float | None
+    noise_multiplier: float
+    noise_sampler: str
+    secure_noise: bool
+    insecure_seed: int | None = None
+    num_chunks: int
+    shots_per_chunk: int
+    num_records: int | None  # public only under replace-one
+    num_unused_records: int | None
+    accountant: str
+    accounting_events: dict[str, Any]
+
+
+class ArtifactMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    library_version: str
+    created_at: str
+    model: dict[str, Any]
+    heads: list[list[int]]
+    head_selection: dict[str, Any]
+    prompt: dict[str, Any]
+    privacy: PrivacyMetadata
+    tensors_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class TaskVector:
+    """Released per-head values for a head set, with the metadata that states their guarantee."""
+
+    heads: HeadSet
+    values: np.ndarray  # (K, d) float32
+    metadata: ArtifactMetadata
+    reference: np.ndarray | None = None  # (K, d), public
+
+    def patches(self) -> dict[int, LayerPatch]:
+        """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
+        values = torch.from_numpy(np.ascontiguousarray(self.values, dtype=np.float32))
+        patches: dict[int, LayerPatch] = {}
+        for layer in self.heads.layers:
+            rows = [i for i, (pair_layer, _) in enumerate(self.heads.pairs) if pair_layer == layer]
+            patches[layer] = LayerPatch(torch.tensor(self.heads.heads_in(layer)), values[rows])
+        return patches
+
+    def check_model(self, identity: dict[str, Any]) -> None:
+        """Refuse a model whose identity differs from the one the vector was built for."""
+        built_for = self.metadata.model
+        for field in IDENTITY_FIELDS_CHECKED:
+            if built_for.get(field) != identity.get(field):
+                hint = " (a float16 load can change the rounded weights; load in float32 or bfloat16)" if field == "attention_weights_sha256" else ""
+                raise ModelMismatchError(
+                    f"this task vector was built for model '{built_for.get('name_or_path')}', "
+                    f"and field '{field}' differs: artifact {built_for.get(field)!r}, "
+                    f"model {identity.get(field)!r}{hint}"
+                )
+
+    def _tensors(self) -> dict[str, np.ndarray]:
+        tensors = {
+            "vector": np.ascontiguousarray(self.values, dtype=np.float32),
+            "heads": np.asarray(self.heads.pairs, dtype=np.int64).reshape(-1, 2),
+        }
+        if self.reference is not None:
+            tensors["reference"] = np.ascontiguousarray(self.reference, dtype=np.float32)
+        return tensors
+
+
+def tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        array = np.ascontiguousarray(tensors[name])
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
+    """Write atomically: a temporary file in the target folder, then a rename."""
+    path = Path(path)
+    tensors = vector._tensors()
+    metadata = vector.metadata.model_copy(update={"tensors_sha256": tensors_sha256(tensors)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        save_file(tensors, temporary, metadata={METADATA_KEY: metadata.model_dump_json()})
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_task_vector(path: str | Path) -> TaskVector:
+    """Read an artifact and verify its tensors against the recorded SHA-256."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactIntegrityError(f"task vector '{path}' does not exist")
+    try:
+        tensors = load_file(str(path))
+        with open(path, "rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(header_size))
+        metadata = ArtifactMetadata.model_validate_json(header["__metadata__"][METADATA_KEY])
+    except (SafetensorError, OSError, ValueError, KeyError, ValidationError) as exc:
+        raise ArtifactIntegrityError(f"'{path}' is not a readable dpmtv task vector: {exc}") from None
+    if metadata.format_version != FORMAT_VERSION:
+        raise ArtifactIntegrityError(
+            f"'{path}' has format_version {metadata.format_version}; this dpmtv reads {FORMAT_VERSION}"
+        )
+    actual = tensors_sha256(tensors)
+    if actual != metadata.tensors_sha256:
+        raise ArtifactIntegrityError(
+            f"'{path}' has been modified: its tensors hash to {actual[:16]}…, but the metadata "
+            f"records {metadata.tensors_sha256[:16]}…"
+        )
+    heads = HeadSet.of(map(tuple, tensors["heads"].tolist()))
+    if heads.to_json() != metadata.heads:
+        raise ArtifactIntegrityError(f"'{path}': the heads tensor disagrees with the metadata")
+    return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"))

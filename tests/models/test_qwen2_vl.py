@@ -1,0 +1,5 @@
+from tests.models.contract import AdapterContract
+
+
+class TestQwen2VLAdapter(AdapterContract):
+    family = "qwen2_vl"
