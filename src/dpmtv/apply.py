@@ -26,7 +26,11 @@ def apply(
     removed on exit, also when the block raises.
     """
     adapter = model.adapter if isinstance(model, LoadedModel) else model
-    name = model.name_or_path if isinstance(model, LoadedModel) else vector.metadata.model.get("name_or_path", "")
+    name = (
+        model.name_or_path
+        if isinstance(model, LoadedModel)
+        else vector.metadata.model.get("name_or_path", "")
+    )
     vector.check_model(model_identity(adapter, name))
     with overwrite_heads(adapter, vector.patches(), mode=PatchMode(mode)):
         yield adapter

@@ -7,7 +7,7 @@ imports the other. The un-noised mean lives only inside :func:`build_task_vector
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -124,7 +124,9 @@ def build_task_vector(
     vector = TaskVector(
         heads=heads,
         values=(values + reference_rows).astype(np.float32),
-        metadata=_metadata(loaded, heads, settings, noised.plan, clip_norms, partition, len(records), relation),
+        metadata=_metadata(
+            loaded, heads, settings, noised.plan, clip_norms, partition, len(records), relation
+        ),
         reference=None if settings.center == "none" else reference_rows.astype(np.float32),
     )
     path = save_task_vector(vector, out) if out is not None else None
@@ -144,7 +146,9 @@ def _validate(settings: BuildSettings, records: Sequence[Record]) -> list[str]:
     return notes
 
 
-def _partition(records: Sequence[Record], settings: BuildSettings, relation: NeighbouringRelation) -> Partition:
+def _partition(
+    records: Sequence[Record], settings: BuildSettings, relation: NeighbouringRelation
+) -> Partition:
     if relation is NeighbouringRelation.REPLACE_ONE:
         rng = seeded_rng(settings.insecure_seed) if settings.insecure_seed is not None else secure_rng()
         return partition_replace_one(len(records), shots_per_chunk=settings.shots_per_chunk, rng=rng)
@@ -160,7 +164,9 @@ def _partition(records: Sequence[Record], settings: BuildSettings, relation: Nei
             "hash of each record's id, so every record needs a stable, unique 'id'"
         )
     # The key is fresh per build and never stored: chunk membership cannot be recomputed later.
-    return partition_add_remove_one([r.record_id for r in records], num_chunks=settings.num_chunks, key=fresh_partition_key())
+    return partition_add_remove_one(
+        [r.record_id for r in records], num_chunks=settings.num_chunks, key=fresh_partition_key()
+    )
 
 
 def _chunk_prompts(records: Sequence[Record], partition: Partition, settings: BuildSettings) -> _LazyPrompts:
@@ -215,14 +221,19 @@ def public_query_image(query: str) -> Image.Image:
 def _reference(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, np.ndarray]:
     """Public centring reference per layer (zero when not centring)."""
     if settings.center == "none":
-        return {layer: np.zeros(len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim) for layer in heads.layers}
+        return {
+            layer: np.zeros(len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim)
+            for layer in heads.layers
+        }
     if settings.center == "blank":
         prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
     else:
         public = load_records(settings.center)
         size = max(1, min(settings.shots_per_chunk, len(public)))
         prompts = [
-            chunk_prompt(public[start : start + size], query=settings.query, query_question=settings.query_question)
+            chunk_prompt(
+                public[start : start + size], query=settings.query, query_question=settings.query_question
+            )
             for start in range(0, len(public) - size + 1, size)
         ]
     return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)
@@ -237,7 +248,9 @@ def _per_head_rows(per_layer: dict[int, np.ndarray], heads: HeadSet, head_dim: i
     return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
 
 
-def _metadata(loaded, heads, settings, plan, clip_norms, partition, num_records, relation) -> ArtifactMetadata:
+def _metadata(
+    loaded, heads, settings, plan, clip_norms, partition, num_records, relation
+) -> ArtifactMetadata:
     replace_one = relation is NeighbouringRelation.REPLACE_ONE
     privacy = PrivacyMetadata(
         private=plan.private,
@@ -267,9 +280,11 @@ def _metadata(loaded, heads, settings, plan, clip_norms, partition, num_records,
         model=model_identity(loaded.adapter, loaded.name_or_path),
         heads=heads.to_json(),
         head_selection=settings.head_selection,
-        prompt={"query": settings.query if settings.query in ("record", "blank") else "public-image",
-                "query_question": settings.query_question if settings.query != "record" else None,
-                "center": settings.center if settings.center in ("none", "blank") else "public-records",
-                "format": "chat-template"},
+        prompt={
+            "query": settings.query if settings.query in ("record", "blank") else "public-image",
+            "query_question": settings.query_question if settings.query != "record" else None,
+            "center": settings.center if settings.center in ("none", "blank") else "public-records",
+            "format": "chat-template",
+        },
         privacy=privacy,
     )

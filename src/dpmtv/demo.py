@@ -42,27 +42,36 @@ def write_colour_records(folder: Path, count: int, *, seed: int) -> Path:
         name = list(COLOURS)[int(rng.integers(len(COLOURS)))]
         pixels = np.clip(np.array(COLOURS[name]) + rng.normal(0, 20, (20, 20, 3)), 0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(folder / "images" / f"{index:05d}.png")
-        rows.append({"id": f"r{index}", "image": f"images/{index:05d}.png", "question": QUESTION, "answer": name})
+        rows.append(
+            {"id": f"r{index}", "image": f"images/{index:05d}.png", "question": QUESTION, "answer": name}
+        )
     return write_jsonl(rows, folder / "records.jsonl")
 
 
 def run_demo(out: Path, *, quick: bool, console: Console) -> None:
     out = Path(out)
-    console.print(Panel(
-        "This demo runs on a TINY RANDOM-WEIGHT LLaVA built on the fly: it exercises the whole "
-        "DP-MTV pipeline, but its answers are meaningless. The trained embedded model replaces it "
-        "in a later release.", title="dpmtv demo", style="yellow"))
+    console.print(
+        Panel(
+            "This demo runs on a TINY RANDOM-WEIGHT LLaVA built on the fly: it exercises the whole "
+            "DP-MTV pipeline, but its answers are meaningless. The trained embedded model replaces it "
+            "in a later release.",
+            title="dpmtv demo",
+            style="yellow",
+        )
+    )
     model_dir = build_tiny_checkpoint("llava", out / "tiny-llava")
     data = write_colour_records(out / "data", 32 if quick else 256, seed=0)
     records = load_records(data)
     loaded = load_model(model_dir)
     heads = parse_head_spec("all", loaded.adapter.geometry)
-    settings = BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=8, progress=not quick)
+    settings = BuildSettings(
+        epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=8, progress=not quick
+    )
     result = build_task_vector(loaded, records, heads, settings, out=out / "task.safetensors")
     console.print(f"wrote {result.path}")
 
-    from dpmtv.cli import _print_summary
     from dpmtv.apply import answer_queries
+    from dpmtv.cli import _print_summary
     from dpmtv.prompts import Example
 
     vector = load_task_vector(result.path)
@@ -70,9 +79,19 @@ def run_demo(out: Path, *, quick: bool, console: Console) -> None:
     queries = [Example(r.load_images(), r.question) for r in records[:3]]
     plain = answer_queries(loaded, queries, max_new_tokens=6)
     patched = answer_queries(loaded, queries, vector=vector, max_new_tokens=6)
-    for record, zero, with_vector in zip(records, plain, patched):
-        console.print(f"true {record.answer!r:10} zero-shot {zero!r:14} with vector {with_vector!r}", highlight=False)
+    for record, zero, with_vector in zip(records, plain, patched, strict=False):
+        console.print(
+            f"true {record.answer!r:10} zero-shot {zero!r:14} with vector {with_vector!r}", highlight=False
+        )
     p = vector.metadata.privacy
-    console.print(PRIVACY_STATEMENT.format(epsilon=p.epsilon, delta=p.delta, num_records=p.num_records,
-                                           num_chunks=p.num_chunks, sensitivity=p.l2_sensitivity, noise_std=p.noise_std))
+    console.print(
+        PRIVACY_STATEMENT.format(
+            epsilon=p.epsilon,
+            delta=p.delta,
+            num_records=p.num_records,
+            num_chunks=p.num_chunks,
+            sensitivity=p.l2_sensitivity,
+            noise_std=p.noise_std,
+        )
+    )
     console.print("[yellow]Reminder: random weights — the answers above are meaningless.[/]")

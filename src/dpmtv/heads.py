@@ -61,12 +61,18 @@ class HeadSet:
 def parse_head_spec(spec: str, geometry: HeadGeometry) -> HeadSet:
     spec = spec.strip()
     if spec == "all":
-        return HeadSet.of((layer, head) for layer in range(geometry.num_layers) for head in range(geometry.num_heads))
+        return HeadSet.of(
+            (layer, head) for layer in range(geometry.num_layers) for head in range(geometry.num_heads)
+        )
     if spec.startswith("layers:"):
         layers = _parse_int_list(spec[len("layers:") :], spec)
-        return HeadSet.of((layer, head) for layer in layers for head in range(geometry.num_heads)).check(geometry)
+        return HeadSet.of((layer, head) for layer in layers for head in range(geometry.num_heads)).check(
+            geometry
+        )
     if spec.startswith("heads:"):
-        return HeadSet.of(_parse_pair(item, spec) for item in spec[len("heads:") :].split(",")).check(geometry)
+        return HeadSet.of(_parse_pair(item, spec) for item in spec[len("heads:") :].split(",")).check(
+            geometry
+        )
     path = Path(spec)
     if path.is_file():
         return _from_file(path).check(geometry)

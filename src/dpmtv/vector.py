@@ -34,7 +34,7 @@ METADATA_KEY = "dpmtv"
 class PrivacyMetadata(BaseModel):
     """How the vector was privatised. ``private=False`` marks an explicitly non-private build."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     private: bool
     epsilon: float
@@ -60,7 +60,7 @@ class PrivacyMetadata(BaseModel):
 
 
 class ArtifactMetadata(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     format_version: int = FORMAT_VERSION
     library_version: str
@@ -96,7 +96,11 @@ class TaskVector:
         built_for = self.metadata.model
         for field in IDENTITY_FIELDS_CHECKED:
             if built_for.get(field) != identity.get(field):
-                hint = " (a float16 load can change the rounded weights; load in float32 or bfloat16)" if field == "attention_weights_sha256" else ""
+                hint = (
+                    " (a float16 load can change the rounded weights; load in float32 or bfloat16)"
+                    if field == "attention_weights_sha256"
+                    else ""
+                )
                 raise ModelMismatchError(
                     f"this task vector was built for model '{built_for.get('name_or_path')}', "
                     f"and field '{field}' differs: artifact {built_for.get(field)!r}, "

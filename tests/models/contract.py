@@ -24,8 +24,10 @@ def random_image(rng: np.random.Generator, size: int = 20) -> Image.Image:
 def sample_prompts(rng: np.random.Generator) -> list[Prompt]:
     """Prompts of different lengths, so a batch needs left padding."""
     two_shot = Prompt(
-        (Example((random_image(rng),), "What is it?", "a cat"),
-         Example((random_image(rng),), "What is it?", "a dog")),
+        (
+            Example((random_image(rng),), "What is it?", "a cat"),
+            Example((random_image(rng),), "What is it?", "a dog"),
+        ),
         Example((random_image(rng),), "What is it?"),
     )
     zero_shot = Prompt((), Example((random_image(rng),), "Which colour is the big shape here?"))
@@ -76,9 +78,7 @@ class AdapterContract:
             assert first[layer].shape == (len(prompts), geometry.num_heads, geometry.head_dim)
             assert torch.equal(first[layer], second[layer])
 
-    def test_overwriting_every_head_with_its_own_value_leaves_logits_bitwise_unchanged(
-        self, loaded, prompts
-    ):
+    def test_overwriting_every_head_with_its_own_value_leaves_logits_bitwise_unchanged(self, loaded, prompts):
         prompt = prompts[:1]
         geometry = loaded.adapter.geometry
         layers = list(range(geometry.num_layers))

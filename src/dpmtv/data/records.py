@@ -19,7 +19,7 @@ from PIL import Image, UnidentifiedImageError
 
 from dpmtv.errors import RecordError
 
-ImageSource = Union[Path, bytes, Image.Image]
+ImageSource = Union[Path, bytes, Image.Image]  # noqa: UP007 (a runtime alias)
 REQUIRED_FIELDS = ("image", "question", "answer")
 
 

@@ -12,9 +12,18 @@ from dpmtv.models.base import ModelAdapter
 
 # Keys that change with how a model is loaded or saved, not with what it computes.
 _VOLATILE_CONFIG_KEYS = {
-    "_name_or_path", "transformers_version", "torch_dtype", "dtype", "_attn_implementation",
-    "_attn_implementation_autoset", "attn_implementation", "use_cache", "output_attentions",
-    "output_hidden_states", "return_dict", "_commit_hash",
+    "_name_or_path",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "attn_implementation",
+    "use_cache",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "_commit_hash",
 }
 
 
@@ -54,7 +63,12 @@ def model_identity(adapter: ModelAdapter, name_or_path: str) -> dict[str, Any]:
 
 # Fields that must match for a vector to be applied; name/path and revision are informative.
 IDENTITY_FIELDS_CHECKED = (
-    "model_type", "num_layers", "num_heads", "head_dim", "config_sha256", "attention_weights_sha256",
+    "model_type",
+    "num_layers",
+    "num_heads",
+    "head_dim",
+    "config_sha256",
+    "attention_weights_sha256",
 )
 
 

@@ -40,9 +40,7 @@ def resolve_model_path(name_or_path: str | Path) -> str:
     return str(name_or_path)
 
 
-def load_model(
-    name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu"
-) -> LoadedModel:
+def load_model(name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load through ``AutoModelForImageTextToText`` and the family adapter's processor."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 

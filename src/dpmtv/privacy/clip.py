@@ -5,8 +5,10 @@ For chunk ``j`` and selected layer ``l``::
     â_j^(l) = a_j^(l) · min(1, C_l / ‖a_j^(l)‖₂)
 
 so ``‖â_j^(l)‖₂ <= C_l`` for every row, which is what the sensitivity bound in
-:mod:`dpmtv.privacy.sensitivity` rests on. Clip norms are public: given by the user or derived
-from public data, never from the private records.
+:mod:`dpmtv.privacy.sensitivity` rests on. Rows above ``C_l`` are scaled to ``C_l·(1 − 2⁻⁴⁰)``
+so that floating-point rounding in the norm can never push a clipped row above ``C_l``.
+Clip norms are public: given by the user or derived from public data, never from the private
+records.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from dpmtv.privacy._checks import check_positive
 
 __all__ = ["clip_l2_per_layer", "parse_l2_clip_norms"]
 
-# Relative shrink applied to the rare row whose norm still exceeds C_l by a rounding error.
-_ROUNDING_SHRINK = 1.0 - 8 * np.finfo(np.float64).eps
+# Clipped rows are scaled to C_l·(1 − 2⁻⁴⁰): a computed norm of a D-vector is off by at most
+# ~log2(D)·1.1e-16 relative (pairwise summation), far below 2⁻⁴⁰ ≈ 9.1e-13, so no way of
+# computing the norm of a clipped row can exceed C_l, while utility changes by < 1e-12.
+_CLIP_MARGIN = 1.0 - 2.0**-40
 
 
 def parse_l2_clip_norms(values: Sequence[float], layers: Sequence[int]) -> dict[int, float]:
@@ -60,8 +64,8 @@ def clip_l2_per_layer(
         l2_clip_norms: layer -> ``C_l`` (> 0, finite); must cover every layer.
 
     Returns:
-        layer -> float64 array ``(B, D_l)`` with row norms ``min(‖row‖₂, C_l)``; rows keep their
-        direction and a zero row stays zero.
+        layer -> float64 array ``(B, D_l)`` with row norms ``min(‖row‖₂, C_l)`` (to 1e-12
+        relative, never above ``C_l``); rows keep their direction and a zero row stays zero.
 
     Raises:
         ParameterError: a layer has no clip norm or an invalid one, or an array is not 2-D.
@@ -82,12 +86,8 @@ def _clip_rows(layer: int, rows: np.ndarray, clip_norm: float) -> np.ndarray:
     _check_finite(layer, rows)
     norms = _row_norms(rows)  # (B,)
     with np.errstate(divide="ignore"):
-        scale = np.where(norms > clip_norm, clip_norm / norms, 1.0)
-    out = rows * scale[:, None]
-    # Scaling by C/‖x‖ can overshoot C by an ulp; shrink those rows so ‖row‖ <= C holds exactly.
-    over = _row_norms(out) > clip_norm
-    out[over] *= _ROUNDING_SHRINK
-    return out
+        scale = np.where(norms > clip_norm, clip_norm * _CLIP_MARGIN / norms, 1.0)
+    return rows * scale[:, None]
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:

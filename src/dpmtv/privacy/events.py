@@ -32,7 +32,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import attr
 import dp_accounting
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
@@ -143,7 +142,7 @@ def event_from_json(data: Mapping[str, Any]) -> dp_accounting.DpEvent:
             f"unsupported event type {data.get('class_name')!r}; "
             f"supported: {sorted(_JSON_EVENT_TYPES)}"
         )
-    names = {f.name for f in attr.fields(cls)}
+    names = {a.name for a in cls.__attrs_attrs__}  # the event's (attrs) constructor fields
     given = set(data) - {"module_name", "class_name"}
     if given != names:
         raise ParameterError(f"{cls.__name__} needs fields {sorted(names)}, got {sorted(given)}")

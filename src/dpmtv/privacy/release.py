@@ -160,10 +160,10 @@ def add_gaussian_noise(
         ParameterError: the sampler is not the planned one, or the plan is non-private.
     """
     _check_unnoised(mean)
-    if sampler.name != plan.sampler:
-        raise ParameterError(f"the plan is for sampler {plan.sampler!r}, got {sampler.name!r}")
     if not plan.private or plan.noise_std <= 0:
         raise ParameterError("a non-private plan cannot be used for a noisy release")
+    if sampler.name != plan.sampler:
+        raise ParameterError(f"the plan is for sampler {plan.sampler!r}, got {sampler.name!r}")
     values = mean._consume()  # the only read of the un-noised values
     layers = sorted(values)
     flat = np.concatenate([values[layer] for layer in layers])  # (Σ D_l,)

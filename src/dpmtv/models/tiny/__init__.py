@@ -14,16 +14,12 @@ from pathlib import Path
 
 from dpmtv.errors import UnsupportedModelError
 
-TINY_FAMILIES = tuple(
-    sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-)
+TINY_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 
 def build_tiny_checkpoint(family: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     if family not in TINY_FAMILIES:
-        raise UnsupportedModelError(
-            f"no tiny builder for '{family}'; available: {', '.join(TINY_FAMILIES)}"
-        )
+        raise UnsupportedModelError(f"no tiny builder for '{family}'; available: {', '.join(TINY_FAMILIES)}")
     module = importlib.import_module(f"dpmtv.models.tiny.{family}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

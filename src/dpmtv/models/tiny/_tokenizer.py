@@ -24,7 +24,9 @@ def char_tokenizer(
     unk_token: str = "<unk>",
     extra_special_tokens: dict[str, str] | None = None,
 ) -> PreTrainedTokenizerFast:
-    specials = list(dict.fromkeys([unk_token, pad_token, eos_token, *([bos_token] if bos_token else []), *special_tokens]))
+    specials = list(
+        dict.fromkeys([unk_token, pad_token, eos_token, *([bos_token] if bos_token else []), *special_tokens])
+    )
     vocab = {token: index for index, token in enumerate(specials + _CHARS)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token=unk_token))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")

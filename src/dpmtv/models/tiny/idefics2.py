@@ -1,4 +1,4 @@
-"""Tiny random-weight Idefics2: SigLIP-style vision tower + perceiver resampler + Mistral text model.
+"""Tiny random-weight Idefics2: SigLIP-style vision tower + perceiver resampler + Mistral.
 
 Chat format of ``HuggingFaceM4/idefics2-8b``::
 
@@ -68,8 +68,10 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     model = Idefics2ForConditionalGeneration(config).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = [end_of_utterance, tokenizer.eos_token_id]
+    # Aspect ratio kept (longest edge 16, shortest >= 8), so batches of images need pixel padding.
     image_processor = Idefics2ImageProcessorPil(
-        size={"shortest_edge": IMAGE_SIZE, "longest_edge": IMAGE_SIZE}, do_image_splitting=False
+        size={"shortest_edge": IMAGE_SIZE // 2, "longest_edge": IMAGE_SIZE},
+        do_image_splitting=False,
     )
     processor = Idefics2Processor(
         image_processor=image_processor, tokenizer=tokenizer, image_seq_len=IMAGE_SEQ_LEN,

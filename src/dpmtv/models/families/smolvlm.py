@@ -1,0 +1,88 @@
+"""SmolVLM (``SmolVLMForConditionalGeneration``): o_proj at ``model.text_model.layers[i]``.
+
+transformers' ``SmolVLMProcessor`` cannot be built here: it requires a video processor (which
+needs torchvision) and num2words, and ``AutoProcessor`` on a SmolVLM folder either raises for the
+video processor or returns only the tokenizer. For images, SmolVLM's prompt expansion is exactly
+Idefics3's (``<fake_token_around_image>``, ``<row_r_col_c>`` / ``<global-img>``, then
+``image_seq_len`` ``<image>`` tokens per tile), so the adapter loads an image-only
+``Idefics3Processor`` around the checkpoint's own tokenizer, SmolVLM PIL image processor and chat
+template.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dpmtv.errors import AdapterError
+from dpmtv.models.base import ModelAdapter
+from dpmtv.models.registry import register
+
+# Token strings Idefics3Processor hard-codes; SmolVLMProcessor reads them from the tokenizer.
+_IMAGE_TOKENS = {
+    "image_token": "<image>",
+    "fake_image_token": "<fake_token_around_image>",
+    "global_image_token": "<global-img>",
+}
+
+
+@register
+class SmolVLMAdapter(ModelAdapter):
+    family = "smolvlm"
+    display_name = "SmolVLM"
+    model_types = ("smolvlm",)
+    decoder_layers_path = "model.text_model.layers"
+
+    @classmethod
+    def load_processor(cls, path: str) -> Any:
+        """Image-only processor: tokenizer + ``SmolVLMImageProcessorPil`` + chat template."""
+        from transformers import AutoTokenizer, Idefics3Processor, SmolVLMImageProcessorPil
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        for attribute, expected in _IMAGE_TOKENS.items():
+            actual = getattr(tokenizer, attribute, None) or expected
+            if actual != expected:
+                raise AdapterError(
+                    f"SmolVLM at '{path}': the tokenizer's {attribute} is '{actual}', but dpmtv's "
+                    f"image-only processor writes '{expected}'; this checkpoint is not supported"
+                )
+        return Idefics3Processor(
+            image_processor=SmolVLMImageProcessorPil.from_pretrained(path),
+            tokenizer=tokenizer,
+            image_seq_len=_image_seq_len(path),
+            chat_template=_chat_template(path, tokenizer),
+        )
+
+
+def _image_seq_len(path: str) -> int:
+    """``<image>`` tokens per tile: the saved processor value, else from the model config."""
+    saved = _json_file(path, "processor_config.json").get("image_seq_len")
+    if saved is not None:
+        return int(saved)
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    vision = config.vision_config
+    return (vision.image_size // vision.patch_size) ** 2 // config.scale_factor**2
+
+
+def _chat_template(path: str, tokenizer: Any) -> str | None:
+    """The processor's chat template: ``chat_template.jinja`` (read by the tokenizer too) or the
+    older ``chat_template.json``, else whatever the tokenizer config carries."""
+    from transformers.utils import cached_file
+
+    jinja = cached_file(path, "chat_template.jinja", _raise_exceptions_for_missing_entries=False)
+    if jinja is not None:
+        with open(jinja, encoding="utf-8") as handle:
+            return handle.read()
+    return _json_file(path, "chat_template.json").get("chat_template") or tokenizer.chat_template
+
+
+def _json_file(path: str, filename: str) -> dict:
+    from transformers.utils import cached_file
+
+    resolved = cached_file(path, filename, _raise_exceptions_for_missing_entries=False)
+    if resolved is None:
+        return {}
+    with open(resolved, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,160 @@
+"""The command line through click's runner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dpmtv.cli import main
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def _build_args(model, data, out, *extra):
+    return [
+        "build",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--heads",
+        "layers:0",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--l2-clip-norm",
+        "1.5",
+        "--shots-per-chunk",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
+
+
+def test_build_inspect_answer(runner, tiny_llava_path, records_file, tmp_path):
+    out = tmp_path / "task.safetensors"
+    result = runner.invoke(main, _build_args(tiny_llava_path, records_file, out))
+    assert result.exit_code == 0, result.output
+    assert "(1, 1e-05)-DP per record" in result.output
+
+    result = runner.invoke(main, ["inspect", str(out), "--json"])
+    assert result.exit_code == 0
+    metadata = json.loads(result.stdout)
+    assert metadata["privacy"]["l2_clip_norm"] == [1.5] and metadata["heads"][0] == [0, 0]
+
+    image = records_file.parent / "img" / "0.png"
+    result = runner.invoke(
+        main,
+        [
+            "answer",
+            "--model",
+            str(tiny_llava_path),
+            "--vector",
+            str(out),
+            "--image",
+            str(image),
+            "--question",
+            "What?",
+            "--max-new-tokens",
+            "2",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.splitlines()[-1])["id"] == "query"
+
+
+def test_answer_a_jsonl_of_queries(runner, tiny_llava_path, records_file, tmp_path):
+    queries = records_file.parent / "queries.jsonl"
+    queries.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "image": f"img/{i}.png", "question": "What?"}) + "\n" for i in range(3)
+        )
+    )
+    result = runner.invoke(
+        main,
+        [
+            "answer",
+            "--model",
+            str(tiny_llava_path),
+            "--queries",
+            str(queries),
+            "--max-new-tokens",
+            "2",
+            "--json",
+            "--batch-size",
+            "2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["q0", "q1", "q2"]
+
+
+def test_non_private_needs_its_switch_and_is_labelled(runner, tiny_llava_path, records_file, tmp_path):
+    out = tmp_path / "np.safetensors"
+    args = _build_args(tiny_llava_path, records_file, out)
+    args.remove("--epsilon"), args.remove("1")
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2 and "--non-private" in result.output and not out.exists()
+    result = runner.invoke(main, [*args, "--non-private"])
+    assert result.exit_code == 0, result.output
+    assert "NON-PRIVATE" in runner.invoke(main, ["inspect", str(out)]).output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--epsilon", "-1"], "epsilon must be > 0"),
+        (["--heads", "heads:9.0"], "layer 9 does not exist"),
+        (["--insecure-seeded-noise", "3"], None),
+    ],
+)
+def test_bad_input_gives_one_clear_line(runner, tiny_llava_path, records_file, tmp_path, extra, message):
+    out = tmp_path / "t.safetensors"
+    args = _build_args(tiny_llava_path, records_file, out)
+    for flag, value in zip(extra[::2], extra[1::2], strict=False):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    result = runner.invoke(main, args)
+    if message is None:  # the switch itself is the opt-in: seeded builds work and are labelled
+        assert result.exit_code == 0 and "INSECURE seed 3" in result.output
+        return
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output and not out.exists()
+
+
+def test_unsupported_family_lists_the_supported_ones(runner, tmp_path, records_file):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    result = runner.invoke(main, _build_args(tmp_path / "m", records_file, tmp_path / "t.safetensors"))
+    assert result.exit_code == 2
+    assert "no dpmtv adapter for model_type 'bert'" in result.output and "LLaVA (llava)" in result.output
+
+
+def test_missing_data_file_is_named(runner, tiny_llava_path, tmp_path):
+    result = runner.invoke(
+        main, _build_args(tiny_llava_path, tmp_path / "nope.jsonl", tmp_path / "t.safetensors")
+    )
+    assert result.exit_code == 2 and "nope.jsonl' does not exist" in result.output
+
+
+def test_inspect_refuses_a_tampered_file(runner, tmp_path):
+    (tmp_path / "x.safetensors").write_bytes(b"\x00" * 20)
+    result = runner.invoke(main, ["inspect", str(tmp_path / "x.safetensors")])
+    assert result.exit_code == 2 and "not a readable dpmtv task vector" in result.output
+
+
+@pytest.mark.slow
+def test_demo_quick_runs_the_whole_pipeline(runner, tmp_path):
+    result = runner.invoke(main, ["demo", "--quick", "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    assert "meaningless" in result.output and "differentially private" in result.output
+    assert (tmp_path / "demo" / "task.safetensors").exists()

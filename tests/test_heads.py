@@ -1,0 +1,52 @@
+import json
+
+import pytest
+
+from dpmtv.errors import HeadSpecError
+from dpmtv.heads import HeadSet, parse_head_spec
+from dpmtv.models.base import HeadGeometry
+
+GEOMETRY = HeadGeometry(num_layers=4, num_heads=3, head_dim=8)
+
+
+def test_all_heads():
+    heads = parse_head_spec("all", GEOMETRY)
+    assert len(heads) == 12 and heads.layers == [0, 1, 2, 3]
+
+
+def test_layer_ranges_and_lists():
+    assert parse_head_spec("layers:1-2", GEOMETRY).pairs == ((1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2))
+    assert parse_head_spec("layers:0,3", GEOMETRY).layers == [0, 3]
+
+
+def test_explicit_pairs_are_sorted_and_deduplicated():
+    heads = parse_head_spec("heads:3.1,0.2,3.1", GEOMETRY)
+    assert heads.pairs == ((0, 2), (3, 1))
+    assert heads.heads_in(3) == [1]
+
+
+def test_file_of_pairs_and_selection_json(tmp_path):
+    (tmp_path / "h.json").write_text(json.dumps([[1, 2], [0, 0]]))
+    (tmp_path / "sel.json").write_text(json.dumps({"heads": [[2, 1]], "method": "greedy"}))
+    assert parse_head_spec(str(tmp_path / "h.json"), GEOMETRY).pairs == ((0, 0), (1, 2))
+    assert parse_head_spec(str(tmp_path / "sel.json"), GEOMETRY).pairs == ((2, 1),)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("layers:4", "layer 4 does not exist"),
+        ("heads:1.3", "head 3 of layer 1 does not exist"),
+        ("heads:x", "is not layer.head"),
+        ("layers:a-b", "not a list of layer numbers"),
+        ("bogus", "is not understood"),
+    ],
+)
+def test_unknown_heads_are_named(spec, message):
+    with pytest.raises(HeadSpecError, match=message):
+        parse_head_spec(spec, GEOMETRY)
+
+
+def test_empty_head_set_is_refused():
+    with pytest.raises(HeadSpecError, match="empty"):
+        HeadSet.of([])
