@@ -17,8 +17,10 @@ class MixedImageSizesChecks:
     def test_mixed_image_sizes_batched_equals_one_by_one(self, loaded):
         rng = np.random.default_rng(1)
         prompts = [
-            Prompt((Example((_image(rng, 20, 20),), "What is it?", "a cat"),),
-                   Example((_image(rng, 32, 24),), "What is it?")),
+            Prompt(
+                (Example((_image(rng, 20, 20),), "What is it?", "a cat"),),
+                Example((_image(rng, 32, 24),), "What is it?"),
+            ),
             Prompt((), Example((_image(rng, 18, 30),), "And this one?")),
         ]
         layers = list(range(loaded.adapter.geometry.num_layers))

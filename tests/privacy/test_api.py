@@ -30,6 +30,7 @@ EXPECTED_ALL = {
     "clip_l2_per_layer",
     "delta_of",
     "draw_gaussian_noise",
+    "perturb_with_gaussian",
     "epsilon_of",
     "event_from_json",
     "event_to_json",

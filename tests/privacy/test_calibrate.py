@@ -92,9 +92,7 @@ def test_fixed_events_need_more_noise_and_stay_within_budget():
     selection = dp_accounting.LaplaceDpEvent(5.0)
     z = calibrate_gaussian_noise_multiplier(epsilon=1.0, delta=1e-5, fixed_events=[selection])
     assert z > alone
-    composed = dp_accounting.ComposedDpEvent(
-        [selection, gaussian_release_event(noise_multiplier=z)]
-    )
+    composed = dp_accounting.ComposedDpEvent([selection, gaussian_release_event(noise_multiplier=z)])
     assert epsilon_of(composed, delta=1e-5) <= 1.0
 
 

@@ -29,9 +29,7 @@ def _pld_epsilon(relation, noise_multiplier, delta=1e-5):
 
 
 def test_make_accountant_uses_add_or_remove_one():
-    assert make_accountant().neighboring_relation == (
-        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    )
+    assert make_accountant().neighboring_relation == (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 def test_dp_accounting_replace_one_doubles_the_sensitivity():

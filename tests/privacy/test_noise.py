@@ -7,7 +7,7 @@ import opendp.prelude as dp
 import pytest
 from scipy import stats
 
-from dpmtv.errors import DangerousModeError, ParameterError
+from dpmtv.errors import DangerousModeError, NumericalError, ParameterError
 from dpmtv.privacy import (
     CsprngNumpyGaussianSampler,
     NoiseSampler,
@@ -17,6 +17,7 @@ from dpmtv.privacy import (
     draw_gaussian_noise,
     make_sampler,
     opendp_noise_std,
+    perturb_with_gaussian,
 )
 from dpmtv.privacy import noise as noise_module
 
@@ -64,9 +65,7 @@ def test_seed_requires_the_switch():
 
 
 def test_make_sampler_names():
-    assert isinstance(
-        make_sampler("opendp", seed=None, allow_insecure_seed=False), OpenDPGaussianSampler
-    )
+    assert isinstance(make_sampler("opendp", seed=None, allow_insecure_seed=False), OpenDPGaussianSampler)
     assert isinstance(
         make_sampler("csprng-numpy", seed=None, allow_insecure_seed=False),
         CsprngNumpyGaussianSampler,
@@ -129,3 +128,25 @@ def test_opendp_noise_std_validates():
         opendp_noise_std(l2_sensitivity=0.0, epsilon=1.0, delta=1e-5)
     with pytest.raises(ParameterError, match="delta"):
         opendp_noise_std(l2_sensitivity=1.0, epsilon=1.0, delta=1.0)
+
+
+def test_opendp_perturbs_the_values_themselves_not_zero_plus_noise(monkeypatch):
+    """Floating-point safety needs OpenDP's mechanism applied to the data vector: check the
+    measurement receives the actual values (and that the result is centred on them)."""
+    seen = []
+    real = noise_module._opendp_gaussian
+
+    def spy(noise_std):
+        measurement = real(noise_std)
+        return lambda values: seen.append(list(values)) or measurement(values)
+
+    monkeypatch.setattr(noise_module, "_opendp_gaussian", spy)
+    values = np.array([1000.0, -1000.0, 0.5])
+    noisy = perturb_with_gaussian(values, noise_std=1e-3, sampler=OpenDPGaussianSampler())
+    assert seen == [values.tolist()]
+    np.testing.assert_allclose(noisy, values, atol=0.01)
+
+
+def test_perturb_refuses_non_finite_values():
+    with pytest.raises(NumericalError, match="finite"):
+        perturb_with_gaussian(np.array([np.nan]), noise_std=1.0, sampler=CsprngNumpyGaussianSampler())

@@ -55,9 +55,7 @@ def test_plan_without_sampler_map():
 
 
 def test_plan_with_opendp_uses_the_larger_std():
-    plan = plan_gaussian_release(
-        l2_sensitivity=0.2, epsilon=1.0, delta=1e-5, sampler=OpenDPGaussianSampler()
-    )
+    plan = plan_gaussian_release(l2_sensitivity=0.2, epsilon=1.0, delta=1e-5, sampler=OpenDPGaussianSampler())
     assert plan.noise_std_sampler_map is not None
     calibrated = 0.2 * calibrate_gaussian_noise_multiplier(epsilon=1.0, delta=1e-5)
     assert plan.noise_std == pytest.approx(max(calibrated, plan.noise_std_sampler_map), rel=1e-12)

@@ -32,6 +32,7 @@ from dpmtv.privacy.noise import (
     SeededGaussianSampler,
     draw_gaussian_noise,
     make_sampler,
+    perturb_with_gaussian,
     opendp_noise_std,
 )
 from dpmtv.privacy.partition import (
@@ -70,6 +71,7 @@ __all__ = [
     "clip_l2_per_layer",
     "delta_of",
     "draw_gaussian_noise",
+    "perturb_with_gaussian",
     "epsilon_of",
     "event_from_json",
     "event_to_json",

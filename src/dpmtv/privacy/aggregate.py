@@ -71,10 +71,7 @@ class UnnoisedMean:
 
     def __repr__(self) -> str:
         shapes = {layer: (dim,) for layer, dim in self._layer_dims.items()}
-        return (
-            f"UnnoisedMean(shapes={shapes}, num_chunks={self._num_chunks}, "
-            f"consumed={self._consumed})"
-        )
+        return f"UnnoisedMean(shapes={shapes}, num_chunks={self._num_chunks}, consumed={self._consumed})"
 
     def __reduce_ex__(self, protocol: object) -> object:
         raise DangerousModeError(f"cannot pickle an UnnoisedMean: {_NEVER_LEAVES}")
@@ -131,8 +128,7 @@ class ClippedSumAccumulator:
         other._check_open()
         if other.layer_dims != self.layer_dims:
             raise ParameterError(
-                f"cannot merge accumulators with layer dims {other.layer_dims} "
-                f"into {self.layer_dims}"
+                f"cannot merge accumulators with layer dims {other.layer_dims} into {self.layer_dims}"
             )
         for layer, total in other._sums.items():
             self._sums[layer] += total
@@ -165,9 +161,7 @@ class ClippedSumAccumulator:
 
     def _check_open(self) -> None:
         if self._finalised:
-            raise NoiseAlreadyAddedError(
-                "this accumulator's mean was already taken; build a new accumulator"
-            )
+            raise NoiseAlreadyAddedError("this accumulator's mean was already taken; build a new accumulator")
 
     def _check_batch(self, clipped: Mapping[int, np.ndarray]) -> int:
         if set(clipped) != set(self._sums):
@@ -177,9 +171,7 @@ class ClippedSumAccumulator:
             rows = np.asarray(rows)
             expected = self._sums[layer].shape[0]
             if rows.ndim != 2 or rows.shape[1] != expected:
-                raise ParameterError(
-                    f"layer {layer}: expected shape (B, {expected}), got {rows.shape}"
-                )
+                raise ParameterError(f"layer {layer}: expected shape (B, {expected}), got {rows.shape}")
             if not np.isfinite(rows).all():
                 raise NumericalError(f"layer {layer}: clipped rows contain NaN or inf")
             sizes.add(rows.shape[0])

@@ -32,9 +32,7 @@ __all__ = [
 _RELATIVE_TOL = 1e-7
 
 
-def validate_epsilon_delta(
-    *, epsilon: float, delta: float, num_records: int | None = None
-) -> list[str]:
+def validate_epsilon_delta(*, epsilon: float, delta: float, num_records: int | None = None) -> list[str]:
     """Check a target budget; return warnings for legal but risky values.
 
     Raises:
@@ -44,11 +42,7 @@ def validate_epsilon_delta(
         Warning strings, e.g. when ``delta >= 1/N`` (such a delta allows releasing a whole
         record outright with probability delta).
     """
-    if (
-        isinstance(epsilon, bool)
-        or not _is_real(epsilon)
-        or not (math.isfinite(epsilon) and epsilon > 0)
-    ):
+    if isinstance(epsilon, bool) or not _is_real(epsilon) or not (math.isfinite(epsilon) and epsilon > 0):
         raise ParameterError(f"epsilon must be > 0 and finite, got {epsilon!r}")
     if isinstance(delta, bool) or not _is_real(delta) or not (0.0 < delta < 1.0):
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
@@ -118,14 +112,10 @@ def _round_up_to_budget(
         if epsilon_of(_release_event(fixed, z), delta=delta) <= epsilon:
             return z
         z, step = z + step, 2 * step
-    raise NumericalError(
-        f"could not calibrate a noise multiplier for epsilon={epsilon}, delta={delta}"
-    )
+    raise NumericalError(f"could not calibrate a noise multiplier for epsilon={epsilon}, delta={delta}")
 
 
-def _check_fixed_budget(
-    fixed: list[dp_accounting.DpEvent], *, epsilon: float, delta: float
-) -> None:
+def _check_fixed_budget(fixed: list[dp_accounting.DpEvent], *, epsilon: float, delta: float) -> None:
     if not fixed:
         return
     spent = epsilon_of(dp_accounting.ComposedDpEvent(fixed), delta=delta)

@@ -139,8 +139,7 @@ def event_from_json(data: Mapping[str, Any]) -> dp_accounting.DpEvent:
     cls = _JSON_EVENT_TYPES.get(data.get("class_name"))
     if cls is None:
         raise ParameterError(
-            f"unsupported event type {data.get('class_name')!r}; "
-            f"supported: {sorted(_JSON_EVENT_TYPES)}"
+            f"unsupported event type {data.get('class_name')!r}; supported: {sorted(_JSON_EVENT_TYPES)}"
         )
     names = {a.name for a in cls.__attrs_attrs__}  # the event's (attrs) constructor fields
     given = set(data) - {"module_name", "class_name"}

@@ -1,7 +1,7 @@
 """The one place noise is drawn (SPEC §4.9).
 
-:func:`draw_gaussian_noise` takes a count, a std and a sampler, and returns float64 noise. The
-samplers:
+:func:`perturb_with_gaussian` takes the values, a std and a sampler, and returns the values plus
+Gaussian noise (float64). The samplers:
 
 ==========================  ======  ====================  ====================================
 sampler                     secure  floating-point safe   source
@@ -46,6 +46,7 @@ __all__ = [
     "SeededGaussianSampler",
     "draw_gaussian_noise",
     "make_sampler",
+    "perturb_with_gaussian",
     "opendp_noise_std",
 ]
 
@@ -61,33 +62,46 @@ class NoiseSampler(Protocol):
     secure: bool
     floating_point_safe: bool
 
-    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
-        """``num_values`` independent draws of ``N(0, noise_std²)``, float64."""
+    def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
+        """``values + N(0, noise_std² I)`` as float64 (a new array)."""
         ...
 
-    def privacy_map_noise_std(
-        self, *, l2_sensitivity: float, epsilon: float, delta: float
-    ) -> float | None:
+    def privacy_map_noise_std(self, *, l2_sensitivity: float, epsilon: float, delta: float) -> float | None:
         """The std the sampler's own privacy map needs, or None if it has no map."""
         ...
 
 
-def draw_gaussian_noise(num_values: int, *, noise_std: float, sampler: NoiseSampler) -> np.ndarray:
-    """Draw ``num_values`` i.i.d. ``N(0, noise_std²)`` values (float64) from ``sampler``.
+def perturb_with_gaussian(values: np.ndarray, *, noise_std: float, sampler: NoiseSampler) -> np.ndarray:
+    """The one place a release is noised: ``values + N(0, noise_std² I)``, float64.
+
+    The sampler receives the values themselves, not only a shape, because floating-point safety
+    needs it: OpenDP's mechanism rounds the input onto its grid and adds exact discrete noise
+    there, whereas drawing noise around zero and adding it in floating point afterwards would
+    reintroduce the rounding artefacts Mironov (CCS 2012) exploits.
 
     Raises:
-        ParameterError: a negative count or a std that is not finite and > 0.
-        NumericalError: the sampler returned the wrong shape or non-finite values.
+        ParameterError: a std that is not finite and > 0.
+        NumericalError: non-finite input, or the sampler returned the wrong shape or non-finite
+            values.
     """
-    num_values = check_int("num_values", num_values, minimum=0)
     noise_std = check_positive("noise_std", noise_std)
-    noise = np.asarray(sampler.sample(num_values, noise_std=noise_std), np.float64)
-    if noise.shape != (num_values,) or not np.isfinite(noise).all():
+    values = np.asarray(values, np.float64)
+    if values.ndim != 1 or not np.isfinite(values).all():
+        raise NumericalError(f"values to noise must be a finite 1-D vector, got shape {values.shape}")
+    noisy = np.asarray(sampler.perturb(values, noise_std=noise_std), np.float64)
+    if noisy.shape != values.shape or not np.isfinite(noisy).all():
         raise NumericalError(
-            f"sampler {sampler.name!r} returned shape {noise.shape} or non-finite noise "
-            f"for {num_values} values"
+            f"sampler {sampler.name!r} returned shape {noisy.shape} or non-finite values "
+            f"for {values.size} values"
         )
-    return noise
+    return noisy
+
+
+def draw_gaussian_noise(num_values: int, *, noise_std: float, sampler: NoiseSampler) -> np.ndarray:
+    """``num_values`` i.i.d. ``N(0, noise_std²)`` draws: the perturbation of a zero vector
+    (for tests and audits; releases go through :func:`perturb_with_gaussian`)."""
+    num_values = check_int("num_values", num_values, minimum=0)
+    return perturb_with_gaussian(np.zeros(num_values), noise_std=noise_std, sampler=sampler)
 
 
 class OpenDPGaussianSampler:
@@ -97,18 +111,16 @@ class OpenDPGaussianSampler:
     secure = True
     floating_point_safe = True
 
-    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
-        """Apply OpenDP's Gaussian mechanism (scale = ``noise_std``) to zero vectors."""
+    def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
+        """Apply OpenDP's Gaussian mechanism (scale = ``noise_std``) to the values themselves."""
         measurement = _opendp_gaussian(noise_std)
-        out = np.empty(num_values, dtype=np.float64)
-        for start in range(0, num_values, OPENDP_CHUNK):
-            stop = min(start + OPENDP_CHUNK, num_values)
-            out[start:stop] = measurement(np.zeros(stop - start))
+        out = np.empty(values.size, dtype=np.float64)
+        for start in range(0, values.size, OPENDP_CHUNK):
+            stop = min(start + OPENDP_CHUNK, values.size)
+            out[start:stop] = measurement(values[start:stop].tolist())
         return out
 
-    def privacy_map_noise_std(
-        self, *, l2_sensitivity: float, epsilon: float, delta: float
-    ) -> float | None:
+    def privacy_map_noise_std(self, *, l2_sensitivity: float, epsilon: float, delta: float) -> float | None:
         """:func:`opendp_noise_std` for these parameters."""
         return opendp_noise_std(l2_sensitivity=l2_sensitivity, epsilon=epsilon, delta=delta)
 
@@ -128,9 +140,9 @@ class CsprngNumpyGaussianSampler:
     secure = True
     floating_point_safe = False
 
-    def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
-        """Fresh OS-entropy-seeded generator, ``num_values`` normal draws scaled by the std."""
-        return secure_rng().normal(0.0, noise_std, size=num_values)
+    def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
+        """Values plus normal draws of a fresh OS-entropy-seeded generator."""
+        return values + secure_rng().normal(0.0, noise_std, size=values.size)
 
     def privacy_map_noise_std(self, **_: float) -> float | None:
         """No own privacy map: the analytic / PLD calibration applies."""
@@ -159,6 +171,10 @@ class SeededGaussianSampler:
     def sample(self, num_values: int, *, noise_std: float) -> np.ndarray:
         """The next ``num_values`` draws of the seeded stream, scaled by the std."""
         return self._rng.normal(0.0, noise_std, size=num_values)
+
+    def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
+        """Values plus the next draws of the seeded stream."""
+        return values + self.sample(values.size, noise_std=noise_std)
 
     def privacy_map_noise_std(self, **_: float) -> float | None:
         """No own privacy map."""

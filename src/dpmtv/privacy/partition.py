@@ -73,9 +73,7 @@ def seeded_rng(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(check_int("seed", seed, minimum=0)))
 
 
-def partition_replace_one(
-    num_records: int, *, shots_per_chunk: int, rng: np.random.Generator
-) -> Partition:
+def partition_replace_one(num_records: int, *, shots_per_chunk: int, rng: np.random.Generator) -> Partition:
     """Shuffle ``num_records`` positions and cut ``floor(N / s)`` chunks of exactly ``s``.
 
     Args:
@@ -105,9 +103,7 @@ def fresh_partition_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-def partition_add_remove_one(
-    record_ids: Sequence[str], *, num_chunks: int, key: bytes
-) -> Partition:
+def partition_add_remove_one(record_ids: Sequence[str], *, num_chunks: int, key: bytes) -> Partition:
     """Assign each record to chunk ``HMAC-SHA256(key, record_id) mod num_chunks``.
 
     The chunk of a record depends only on its own id and the key, so adding or removing one record

@@ -39,6 +39,4 @@ def parse_relation(value: str | NeighbouringRelation) -> NeighbouringRelation:
         return NeighbouringRelation(value)
     except ValueError:
         valid = ", ".join(repr(r.value) for r in NeighbouringRelation)
-        raise ParameterError(
-            f"unknown neighbouring relation {value!r}; valid values are {valid}"
-        ) from None
+        raise ParameterError(f"unknown neighbouring relation {value!r}; valid values are {valid}") from None

@@ -25,7 +25,7 @@ from dpmtv.privacy.calibrate import (
     calibrate_gaussian_noise_multiplier,
 )
 from dpmtv.privacy.events import epsilon_of, event_to_json, gaussian_release_event
-from dpmtv.privacy.noise import NoiseSampler, draw_gaussian_noise
+from dpmtv.privacy.noise import NoiseSampler, perturb_with_gaussian
 
 __all__ = [
     "GaussianReleasePlan",
@@ -68,9 +68,7 @@ class GaussianReleasePlan:
 
     def __post_init__(self) -> None:
         if self.epsilon_spent > self.epsilon:
-            raise NumericalError(
-                f"plan spends epsilon {self.epsilon_spent!r} > target {self.epsilon!r}"
-            )
+            raise NumericalError(f"plan spends epsilon {self.epsilon_spent!r} > target {self.epsilon!r}")
 
     @property
     def private(self) -> bool:
@@ -124,9 +122,7 @@ def plan_gaussian_release(
     ``σ_cal`` is within ~1e-6 relative of it, and never below it.
     """
     delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
-    multiplier = calibrate_gaussian_noise_multiplier(
-        epsilon=epsilon, delta=delta, fixed_events=fixed_events
-    )
+    multiplier = calibrate_gaussian_noise_multiplier(epsilon=epsilon, delta=delta, fixed_events=fixed_events)
     sampler_map = sampler.privacy_map_noise_std(
         l2_sensitivity=delta_l2, epsilon=float(epsilon), delta=float(delta)
     )
@@ -138,8 +134,7 @@ def plan_gaussian_release(
         l2_sensitivity=delta_l2,
         noise_multiplier=multiplier,
         noise_std=noise_std,
-        noise_std_analytic=delta_l2
-        * analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta),
+        noise_std_analytic=delta_l2 * analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta),
         noise_std_sampler_map=sampler_map,
         sampler=sampler.name,
         sampler_secure=bool(sampler.secure),
@@ -167,7 +162,7 @@ def add_gaussian_noise(
     values = mean._consume()  # the only read of the un-noised values
     layers = sorted(values)
     flat = np.concatenate([values[layer] for layer in layers])  # (Σ D_l,)
-    flat += draw_gaussian_noise(flat.size, noise_std=plan.noise_std, sampler=sampler)
+    flat = perturb_with_gaussian(flat, noise_std=plan.noise_std, sampler=sampler)
     return NoisedVector(layers=_split(flat, values, layers), plan=plan, noised=True)
 
 
@@ -216,9 +211,7 @@ def _check_unnoised(mean: object) -> None:
         raise TypeError(f"expected an UnnoisedMean, got {type(mean).__name__}")
 
 
-def _split(
-    flat: np.ndarray, values: Mapping[int, np.ndarray], layers: list[int]
-) -> Mapping[int, np.ndarray]:
+def _split(flat: np.ndarray, values: Mapping[int, np.ndarray], layers: list[int]) -> Mapping[int, np.ndarray]:
     out, start = {}, 0
     for layer in layers:
         stop = start + values[layer].shape[0]
@@ -236,7 +229,5 @@ def _std_at_least(multiplier: float, delta_l2: float) -> float:
     return std
 
 
-def _compose(
-    fixed: Sequence[dp_accounting.DpEvent], release: dp_accounting.DpEvent
-) -> dp_accounting.DpEvent:
+def _compose(fixed: Sequence[dp_accounting.DpEvent], release: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     return dp_accounting.ComposedDpEvent([*fixed, release]) if fixed else release

@@ -36,10 +36,16 @@ class ImageOnlyLlavaOnevisionProcessor(LlavaOnevisionProcessor):
         **kwargs,
     ):
         super().__init__(
-            image_processor, tokenizer, None, num_image_tokens=num_image_tokens,
+            image_processor,
+            tokenizer,
+            None,
+            num_image_tokens=num_image_tokens,
             vision_feature_select_strategy=vision_feature_select_strategy,
-            chat_template=chat_template, image_token=image_token, video_token=video_token,
-            vision_aspect_ratio=vision_aspect_ratio, **kwargs,
+            chat_template=chat_template,
+            image_token=image_token,
+            video_token=video_token,
+            vision_aspect_ratio=vision_aspect_ratio,
+            **kwargs,
         )
 
     def to_dict(self) -> dict[str, Any]:

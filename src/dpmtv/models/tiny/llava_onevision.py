@@ -41,26 +41,43 @@ CHAT_TEMPLATE = (
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
         special_tokens=["<|im_start|>", "<|im_end|>", "<image>", "<video>"],
-        bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         extra_special_tokens={"image_token": "<image>", "video_token": "<video>"},
     )
     vision = SiglipVisionConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        image_size=TILE_SIZE, patch_size=PATCH_SIZE, vision_use_head=False,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=TILE_SIZE,
+        patch_size=PATCH_SIZE,
+        vision_use_head=False,
     )
     # Explicit head_dim (32) differs from hidden/heads (16): o_proj takes 4·32 = 128 features.
     text = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     config = LlavaOnevisionConfig(
-        vision_config=vision, text_config=text,
+        vision_config=vision,
+        text_config=text,
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         video_token_index=tokenizer.convert_tokens_to_ids("<video>"),
-        vision_feature_select_strategy="full", vision_feature_layer=-1,
-        image_grid_pinpoints=GRID_PINPOINTS, vision_aspect_ratio="anyres_max_9",
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=GRID_PINPOINTS,
+        vision_aspect_ratio="anyres_max_9",
     )
     torch.manual_seed(seed)
     model = LlavaOnevisionForConditionalGeneration(config).eval()
@@ -70,8 +87,11 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         size={"height": TILE_SIZE, "width": TILE_SIZE}, image_grid_pinpoints=GRID_PINPOINTS
     )
     processor = ImageOnlyLlavaOnevisionProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, num_image_tokens=NUM_IMAGE_TOKENS,
-        vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9",
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        num_image_tokens=NUM_IMAGE_TOKENS,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
         chat_template=CHAT_TEMPLATE,
     )
     model.save_pretrained(out_dir)

@@ -32,9 +32,15 @@ WINDOW_SIZE = 16
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = qwen_tokenizer()
     vision = dict(
-        depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=TEXT_HIDDEN,
-        patch_size=PATCH_SIZE, spatial_merge_size=MERGE_SIZE,
-        temporal_patch_size=TEMPORAL_PATCH_SIZE, window_size=WINDOW_SIZE,
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=4,
+        out_hidden_size=TEXT_HIDDEN,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
+        temporal_patch_size=TEMPORAL_PATCH_SIZE,
+        window_size=WINDOW_SIZE,
         fullatt_block_indexes=[1],
     )
     config = Qwen2_5_VLConfig(

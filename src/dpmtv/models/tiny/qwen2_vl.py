@@ -1,7 +1,7 @@
 """Tiny random-weight Qwen2-VL: Qwen2-VL vision tower + M-RoPE Qwen2 text model, ChatML chat.
 
-Images are resized to multiples of patch·merge = 8 px between 16×16 and 32×32, so a 20×20 image
-becomes 16×16: a 4×4 patch grid, merged 2×2 into 4 image tokens.
+Images are resized to sides that are multiples of patch·merge = 8 px, with an area between 16² and
+32² px, so a 20×20 image becomes 16×16: a 4×4 patch grid, merged 2×2 into 4 image tokens.
 """
 
 from __future__ import annotations
@@ -45,14 +45,21 @@ CHAT_TEMPLATE = (
 )
 
 SPECIAL_TOKENS = [
-    "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 
 
 def qwen_tokenizer():
     return char_tokenizer(
-        special_tokens=SPECIAL_TOKENS, bos_token=None, eos_token="<|im_end|>",
+        special_tokens=SPECIAL_TOKENS,
+        bos_token=None,
+        eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
 
@@ -60,26 +67,36 @@ def qwen_tokenizer():
 def qwen_text_config(tokenizer) -> dict:
     """Text config shared by the tiny Qwen2-VL and Qwen2.5-VL (no ``head_dim`` field there)."""
     return dict(
-        vocab_size=len(tokenizer), hidden_size=TEXT_HIDDEN, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=NUM_HEADS, num_key_value_heads=2,
+        vocab_size=len(tokenizer),
+        hidden_size=TEXT_HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=2,
         max_position_embeddings=2048,
         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": MROPE_SECTION},
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
 
 
 def qwen_token_ids(tokenizer) -> dict:
     ids = tokenizer.convert_tokens_to_ids
     return dict(
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
 
 
 def qwen_image_processor() -> Qwen2VLImageProcessorPil:
     return Qwen2VLImageProcessorPil(
         size={"shortest_edge": MIN_SIDE * MIN_SIDE, "longest_edge": MAX_SIDE * MAX_SIDE},
-        patch_size=PATCH_SIZE, merge_size=MERGE_SIZE, temporal_patch_size=TEMPORAL_PATCH_SIZE,
+        patch_size=PATCH_SIZE,
+        merge_size=MERGE_SIZE,
+        temporal_patch_size=TEMPORAL_PATCH_SIZE,
     )
 
 
@@ -94,8 +111,13 @@ def save(model, processor, tokenizer, out_dir: Path) -> Path:
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = qwen_tokenizer()
     vision = dict(
-        depth=2, embed_dim=32, hidden_size=TEXT_HIDDEN, mlp_ratio=2, num_heads=4,
-        patch_size=PATCH_SIZE, spatial_merge_size=MERGE_SIZE,
+        depth=2,
+        embed_dim=32,
+        hidden_size=TEXT_HIDDEN,
+        mlp_ratio=2,
+        num_heads=4,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
         temporal_patch_size=TEMPORAL_PATCH_SIZE,
     )
     config = Qwen2VLConfig(
