@@ -32,8 +32,8 @@ from dpmtv.privacy.noise import (
     SeededGaussianSampler,
     draw_gaussian_noise,
     make_sampler,
-    perturb_with_gaussian,
     opendp_noise_std,
+    perturb_with_gaussian,
 )
 from dpmtv.privacy.partition import (
     Partition,
