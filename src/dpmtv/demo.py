@@ -71,11 +71,11 @@ def run_demo(out: Path, *, quick: bool, console: Console) -> None:
     console.print(f"wrote {result.path}")
 
     from dpmtv.apply import answer_queries
-    from dpmtv.cli import _print_summary
+    from dpmtv.cli._common import print_vector_summary
     from dpmtv.prompts import Example
 
     vector = load_task_vector(result.path)
-    _print_summary(vector.metadata, path=result.path)
+    print_vector_summary(vector.metadata, path=result.path)
     queries = [Example(r.load_images(), r.question) for r in records[:3]]
     plain = answer_queries(loaded, queries, max_new_tokens=6)
     patched = answer_queries(loaded, queries, vector=vector, max_new_tokens=6)

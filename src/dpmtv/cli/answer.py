@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dpmtv.cli._common import console
+from dpmtv.errors import ParameterError
+
+
+@click.command(name="answer")
+@click.option("--model", "model_path", default="embedded", show_default=True)
+@click.option(
+    "--vector",
+    "vector_path",
+    type=click.Path(path_type=Path),
+    help="Task vector artifact; omit for plain zero-shot answers.",
+)
+@click.option(
+    "--image", "images", multiple=True, type=click.Path(path_type=Path), help="Query image (repeatable)."
+)
+@click.option("--question", help="Query question.")
+@click.option(
+    "--queries",
+    type=click.Path(path_type=Path),
+    help="JSONL/CSV of queries (image, question; answer optional and ignored).",
+)
+@click.option("--max-new-tokens", type=int, default=16, show_default=True)
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option(
+    "--prefill-only", is_flag=True, help="Patch only the prompt's last position, not each generated token."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@click.option(
+    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
+)
+@click.option("--device", default="cpu", show_default=True)
+def command(
+    model_path,
+    vector_path,
+    images,
+    question,
+    queries,
+    max_new_tokens,
+    batch_size,
+    prefill_only,
+    as_json,
+    dtype,
+    device,
+):
+    """Answer zero-shot queries with a task vector applied (no further privacy cost)."""
+    from dpmtv.apply import answer_queries
+    from dpmtv.models.loading import load_model
+    from dpmtv.vector import load_task_vector
+
+    examples, ids = _query_examples(images, question, queries)
+    vector = load_task_vector(vector_path) if vector_path else None
+    loaded = load_model(model_path, dtype=dtype, device=device)
+    mode = "prefill-only" if prefill_only else "every-call"
+    answers = answer_queries(
+        loaded, examples, vector=vector, max_new_tokens=max_new_tokens, batch_size=batch_size, mode=mode
+    )
+    for query_id, text in zip(ids, answers, strict=False):
+        if as_json:
+            click.echo(json.dumps({"id": query_id, "answer": text}))
+        else:
+            console.print(f"{query_id}\t{text}" if queries else text, highlight=False)
+
+
+def _query_examples(images, question, queries):
+    from dpmtv.data import load_records
+    from dpmtv.data.records import Record, validate_records
+    from dpmtv.prompts import Example
+
+    if queries and (images or question):
+        raise ParameterError("give either --queries FILE or --image/--question, not both")
+    if queries:
+        records = load_records(queries, require_answer=False)
+    elif images and question is not None:
+        records = validate_records(
+            [Record("query", tuple(Path(p).resolve() for p in images), question, "", where="--image")],
+            source="--image",
+        )
+    else:
+        raise ParameterError("give --image and --question, or --queries FILE")
+    return [Example(r.load_images(), r.question) for r in records], [r.record_id for r in records]

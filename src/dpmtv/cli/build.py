@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from dpmtv.cli._common import err_console, float_list, print_vector_summary
+from dpmtv.errors import ParameterError
+
+
+@click.command(name="build")
+@click.option(
+    "--model",
+    "model_path",
+    default="embedded",
+    show_default=True,
+    help="Local checkpoint folder, hub id, or 'embedded'.",
+)
+@click.option(
+    "--data",
+    "data_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Private records: .jsonl, .csv, or a saved datasets folder.",
+)
+@click.option(
+    "--heads",
+    "head_spec",
+    required=True,
+    help="'all', 'layers:A-B', 'heads:L.H,...' or a JSON file of [layer, head] pairs.",
+)
+@click.option("--epsilon", type=float, help="Privacy budget ε of the build (> 0).")
+@click.option("--delta", type=float, default=1e-5, show_default=True, help="δ in (0, 1); keep it below 1/N.")
+@click.option(
+    "--l2-clip-norm",
+    callback=float_list,
+    required=True,
+    help="Per-layer L2 clip norm C: one value, or one per released layer (comma-separated).",
+)
+@click.option(
+    "--shots-per-chunk",
+    type=int,
+    required=True,
+    help="Records per chunk s; m = floor(N/s) chunks. With --query record, s-1 are demonstrations.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Output .safetensors artifact (written atomically).",
+)
+@click.option(
+    "--neighbouring-relation",
+    type=click.Choice(["replace-one", "add-remove-one"]),
+    default="replace-one",
+    show_default=True,
+    help="replace-one: N is public. add-remove-one: needs record ids and --num-chunks.",
+)
+@click.option("--num-chunks", type=int, help="Public, fixed m (required for add-remove-one).")
+@click.option(
+    "--query",
+    default="record",
+    show_default=True,
+    help="Each chunk's query: 'record' (a chunk record, answer withheld), 'blank' (data-free "
+    "image) or a public image path.",
+)
+@click.option(
+    "--query-question",
+    default="What is the answer?",
+    show_default=True,
+    help="Public question text for blank/public-image queries.",
+)
+@click.option(
+    "--center",
+    default="none",
+    show_default=True,
+    help="Public centring reference: 'none', 'blank', or a public records file.",
+)
+@click.option("--batch-size", type=int, default=4, show_default=True)
+@click.option(
+    "--noise-sampler",
+    type=click.Choice(["opendp", "csprng-numpy"]),
+    default="opendp",
+    show_default=True,
+    help="opendp: floating-point-safe exact sampler (default).",
+)
+@click.option(
+    "--insecure-seeded-noise",
+    "insecure_seed",
+    type=int,
+    help="INSECURE: seed the noise and partition (experiments only; recorded in the artifact).",
+)
+@click.option(
+    "--non-private",
+    is_flag=True,
+    help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
+)
+@click.option(
+    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
+)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def command(
+    model_path,
+    data_path,
+    head_spec,
+    epsilon,
+    delta,
+    l2_clip_norm,
+    shots_per_chunk,
+    out,
+    neighbouring_relation,
+    num_chunks,
+    query,
+    query_question,
+    center,
+    batch_size,
+    noise_sampler,
+    insecure_seed,
+    non_private,
+    dtype,
+    device,
+    quiet,
+):
+    """Build a private task vector from private records (SPEC §4)."""
+    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.data import load_records
+    from dpmtv.heads import parse_head_spec
+    from dpmtv.models.loading import load_model
+
+    if epsilon is None and not non_private:
+        raise ParameterError(
+            "--epsilon is required (or --non-private for an explicitly non-private baseline)"
+        )
+    records = load_records(data_path)
+    loaded = load_model(model_path, dtype=dtype, device=device)
+    heads = parse_head_spec(head_spec, loaded.adapter.geometry)
+    settings = BuildSettings(
+        epsilon=math.inf if non_private else epsilon,
+        delta=delta,
+        l2_clip_norm=l2_clip_norm,
+        shots_per_chunk=shots_per_chunk,
+        neighbouring_relation=neighbouring_relation,
+        num_chunks=num_chunks,
+        query=query,
+        query_question=query_question,
+        center=center,
+        batch_size=batch_size,
+        noise_sampler=noise_sampler,
+        insecure_seed=insecure_seed,
+        allow_insecure_seed=insecure_seed is not None,
+        non_private=non_private,
+        head_selection={"method": "user", "spec": head_spec},
+        progress=not quiet,
+    )
+    result = build_task_vector(loaded, records, heads, settings, out=out)
+    for note in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {note}")
+    print_vector_summary(result.vector.metadata, path=result.path)

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpmtv.cli._common import print_vector_summary
+
+
+@click.command(name="inspect")
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the full metadata as JSON.")
+def command(artifact, as_json):
+    """Show a task vector's guarantee, model and parameters (verifies its hash)."""
+    from dpmtv.vector import load_task_vector
+
+    vector = load_task_vector(artifact)
+    if as_json:
+        click.echo(vector.metadata.model_dump_json(indent=2))
+        return
+    print_vector_summary(vector.metadata, path=artifact)
