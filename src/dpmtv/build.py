@@ -7,7 +7,7 @@ imports the other. The un-noised mean lives only inside :func:`build_task_vector
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -100,12 +100,8 @@ def build_task_vector(
     partition = _partition(records, settings, relation)
     reference = _reference(loaded, heads, settings)
     accumulator = ClippedSumAccumulator(_layer_dims(loaded, heads))
-    with progress_bar("extracting chunks", partition.num_chunks, enabled=settings.progress) as advance:
-        for batch in iter_batches(_chunk_prompts(records, partition, settings), settings.batch_size):
-            activations = extract_selected_heads(loaded.adapter, batch, heads)
-            centred = {layer: values - reference[layer] for layer, values in activations.items()}
-            accumulator.add(clip_l2_per_layer(centred, l2_clip_norms=clip_norms))
-            advance(len(batch))
+    for clipped in iter_clipped_chunks(loaded, records, partition, heads, settings, reference, clip_norms):
+        accumulator.add(clipped)
     mean = accumulator.mean(num_chunks=partition.num_chunks)
     sensitivity = l2_sensitivity(
         l2_clip_norms=[clip_norms[layer] for layer in heads.layers],
@@ -131,6 +127,26 @@ def build_task_vector(
     )
     path = save_task_vector(vector, out) if out is not None else None
     return BuildResult(vector, path, partition.num_unused, tuple(notes))
+
+
+def iter_clipped_chunks(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    heads: HeadSet,
+    settings: BuildSettings,
+    reference: dict[int, np.ndarray],
+    clip_norms: dict[int, float],
+) -> Iterator[dict[int, np.ndarray]]:
+    """Per batch of chunks: the selected heads' last-token outputs, centred and clipped per
+    layer, ``{layer: (B, k_l*d)}``. These are private, un-noised per-chunk values: the build sums
+    them away at once; experiments (audits, sweeps) may hold them in memory, never write them."""
+    with progress_bar("extracting chunks", partition.num_chunks, enabled=settings.progress) as advance:
+        for batch in iter_batches(_chunk_prompts(records, partition, settings), settings.batch_size):
+            activations = extract_selected_heads(loaded.adapter, batch, heads)
+            centred = {layer: values - reference[layer] for layer, values in activations.items()}
+            yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
+            advance(len(batch))
 
 
 def _validate(settings: BuildSettings, records: Sequence[Record]) -> list[str]:
