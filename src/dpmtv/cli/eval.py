@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpmtv.cli._common import console, err_console, float_list
+from dpmtv.errors import ParameterError
+
+
+@click.command(name="eval")
+@click.option(
+    "--model",
+    "model_path",
+    default="embedded",
+    show_default=True,
+    help="Checkpoint folder, hub id, or 'embedded'.",
+)
+@click.option(
+    "--benchmark", help="vizwiz, ok-vqa, flowers102, cub-200, dtd, vqa-rad, slake, pathvqa, embedded[:TASK]."
+)
+@click.option(
+    "--benchmark-root",
+    type=click.Path(path_type=Path),
+    help="Local copy of the benchmark in its published layout.",
+)
+@click.option(
+    "--data",
+    "data_path",
+    type=click.Path(path_type=Path),
+    help="Private demonstration records (with --eval-data).",
+)
+@click.option(
+    "--eval-data",
+    "eval_path",
+    type=click.Path(path_type=Path),
+    help="Query records with answers (with --data).",
+)
+@click.option(
+    "--methods",
+    default="zero-shot,dp-mtv,dp-icl",
+    show_default=True,
+    help="zero-shot, icl:K, mtv, dp-mtv, dp-icl[:S].",
+)
+@click.option(
+    "--epsilons",
+    default="0.5,1,2,4,8",
+    show_default=True,
+    callback=float_list,
+    help="ε values of the private methods.",
+)
+@click.option("--seeds", type=int, default=3, show_default=True, help="Number of seeds (0 … n−1).")
+@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option(
+    "--heads",
+    "head_spec",
+    help="Head set for mtv / dp-mtv: 'all', 'layers:A-B', 'heads:L.H,...' or a JSON file.",
+)
+@click.option(
+    "--l2-clip-norm",
+    default="1.0",
+    show_default=True,
+    callback=float_list,
+    help="DP-MTV per-layer clip norm(s).",
+)
+@click.option(
+    "--shots-per-chunk", type=int, default=4, show_default=True, help="DP-MTV / MTV records per chunk."
+)
+@click.option(
+    "--dp-icl-max-chunks", type=int, help="Cap on DP-ICL chunk prompts per query (default: all floor(N/S))."
+)
+@click.option(
+    "--max-train", type=int, help="Demonstration pool size (episodes for classification benchmarks)."
+)
+@click.option("--max-queries", type=int, help="Number of queries (episodes for classification benchmarks).")
+@click.option(
+    "--split-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the pool/query subsets (fixed for a run).",
+)
+@click.option("--max-new-tokens", type=int, default=10, show_default=True)
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option(
+    "--context-limit", type=int, help="Prompt token budget for icl:K (default: the model's position limit)."
+)
+@click.option(
+    "--non-private", is_flag=True, help="Allow the NON-PRIVATE baselines (mtv, icl:K; ε = ∞, labelled)."
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
+@click.option(
+    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
+)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def command(**options):
+    """Evaluate methods side by side: accuracy with CIs, privacy-utility and queries plots (SPEC §9)."""
+    from dpmtv.eval import EvalSettings, parse_methods, run_evaluation, write_report
+    from dpmtv.eval.methods import check_non_private
+    from dpmtv.models.loading import load_model
+
+    o = options
+    methods = parse_methods(o["methods"])
+    check_non_private(methods, allow_non_private=o["non_private"])  # before any loading
+    if o["seeds"] < 1:
+        raise ParameterError(f"--seeds must be >= 1, got {o['seeds']}")
+    benchmark = _benchmark(o)
+    settings = EvalSettings(
+        methods=methods,
+        epsilons=tuple(o["epsilons"]),
+        seeds=tuple(range(o["seeds"])),
+        delta=o["delta"],
+        l2_clip_norm=tuple(o["l2_clip_norm"]),
+        shots_per_chunk=o["shots_per_chunk"],
+        dp_icl_max_chunks=o["dp_icl_max_chunks"],
+        max_new_tokens=o["max_new_tokens"],
+        batch_size=o["batch_size"],
+        allow_non_private=o["non_private"],
+        context_limit=o["context_limit"],
+        progress=not o["quiet"],
+    )
+    loaded = load_model(o["model_path"], dtype=o["dtype"], device=o["device"])
+    results = run_evaluation(
+        loaded, benchmark, settings, heads=o["head_spec"], model_name=str(o["model_path"])
+    )
+    paths = write_report(results, o["out"])
+    for run in results.runs:
+        if run.details.get("note"):
+            err_console.print(f"[yellow]note:[/] {run.method} seed {run.seed}: {run.details['note']}")
+    console.print(paths["report"].read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+
+
+def _benchmark(o):
+    from dpmtv.eval import LoadOptions, load_benchmark, load_record_files
+
+    load = LoadOptions(max_train=o["max_train"], max_test=o["max_queries"], split_seed=o["split_seed"])
+    if o["benchmark"] and (o["data_path"] or o["eval_path"]):
+        raise ParameterError("give either --benchmark NAME or --data FILE --eval-data FILE, not both")
+    if o["benchmark"]:
+        return load_benchmark(o["benchmark"], root=o["benchmark_root"], options=load)
+    if o["data_path"] and o["eval_path"]:
+        return load_record_files(o["data_path"], o["eval_path"], load)
+    raise ParameterError(
+        "give --benchmark NAME (with --benchmark-root DIR) or --data FILE and --eval-data FILE"
+    )

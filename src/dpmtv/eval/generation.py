@@ -1,0 +1,116 @@
+"""Batched greedy generation for arbitrary prompts, fitting demonstrations into the context, and
+the small shared helpers of the methods (example cache, seed derivation, prediction cleanup)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError
+from dpmtv.models.base import ModelAdapter
+from dpmtv.models.loading import LoadedModel
+from dpmtv.prompts import Example, Prompt
+
+
+def derive_seed(seed: int, *labels: object) -> int:
+    """A 63-bit seed from a run seed and labels, so methods and ε values draw independent
+    streams that are still reproducible from the run seed."""
+    text = "/".join(str(part) for part in (seed, *labels))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def clean_prediction(text: str) -> str:
+    """The first non-empty line of a generation, stripped — applied to every method alike."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+class ExampleCache:
+    """Records → :class:`Example` (images decoded), keeping the last ``maxsize`` decoded."""
+
+    def __init__(self, maxsize: int = 2048):
+        self._cache: OrderedDict[tuple[str, bool], Example] = OrderedDict()
+        self._maxsize = maxsize
+
+    def __call__(self, record: Record, *, with_answer: bool) -> Example:
+        key = (record.record_id, with_answer)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        example = Example(record.load_images(), record.question, record.answer if with_answer else None)
+        self._cache[key] = example
+        if len(self._cache) > self._maxsize:
+            self._cache.popitem(last=False)
+        return example
+
+
+def context_limit(loaded: LoadedModel, override: int | None = None) -> int:
+    """Token budget of one prompt: ``override``, else the text model's position limit."""
+    if override is not None:
+        return int(override)
+    config = loaded.adapter.text_config(loaded.model.config)
+    limit = getattr(config, "max_position_embeddings", None)
+    if not limit:
+        raise ParameterError("the model config has no max_position_embeddings; pass a context limit")
+    return int(limit)
+
+
+def prompt_length(adapter: ModelAdapter, prompt: Prompt) -> int:
+    """Tokens of the encoded prompt (images expanded to their tokens, as the model sees it)."""
+    return int(adapter.encode([prompt])["input_ids"].shape[1])
+
+
+def fit_demonstrations(
+    adapter: ModelAdapter, demos: Sequence[Example], query: Example, *, budget: int
+) -> int:
+    """The largest ``k <= len(demos)`` with ``len(prompt(demos[:k], query)) <= budget``.
+
+    Prompt length grows with ``k``, so a binary search needs ``log2(len(demos))`` encodings.
+
+    Raises:
+        ParameterError: even the zero-shot prompt exceeds the budget.
+    """
+    if prompt_length(adapter, Prompt(tuple(demos), query)) <= budget:
+        return len(demos)
+    low, high = 0, len(demos)  # low fits (checked below), high does not
+    if prompt_length(adapter, Prompt((), query)) > budget:
+        raise ParameterError(f"the query alone needs more than the {budget}-token context budget")
+    while high - low > 1:
+        middle = (low + high) // 2
+        fits = prompt_length(adapter, Prompt(tuple(demos[:middle]), query)) <= budget
+        low, high = (middle, high) if fits else (low, middle)
+    return low
+
+
+def generate_answers(
+    loaded: LoadedModel,
+    prompts: Iterable[Prompt],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    advance: Callable[[int], None] = lambda n: None,
+) -> list[str]:
+    """Greedy answers for ``prompts`` (consumed lazily, ``batch_size`` per forward pass)."""
+    answers: list[str] = []
+    iterator = iter(prompts)
+    while batch := list(itertools.islice(iterator, batch_size)):
+        answers.extend(_generate(loaded.adapter, batch, max_new_tokens))
+        advance(len(batch))
+    return answers
+
+
+def _generate(adapter: ModelAdapter, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+    inputs = adapter.encode(prompts)  # left-padded: every row's prompt ends at the same column
+    with torch.no_grad():
+        output = adapter.model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=adapter.tokenizer.pad_token_id,
+        )
+    new_tokens = output[:, inputs["input_ids"].shape[1] :]  # (B, new)
+    return [clean_prediction(t) for t in adapter.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]

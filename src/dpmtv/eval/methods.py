@@ -1,0 +1,270 @@
+"""The compared methods (SPEC §9) and one function per method producing answers to the queries.
+
+=============  ==================================================  =========================
+method         what it does                                        privacy
+=============  ==================================================  =========================
+``zero-shot``  the query alone                                     reads no private data
+``icl:K``      K demonstrations sampled from the pool per query,   NON-PRIVATE (ε = ∞)
+               cut to what the context holds (reported)
+``mtv``        task vector built without noise                     NON-PRIVATE (ε = ∞)
+``dp-mtv``     :func:`dpmtv.build.build_task_vector` at ε, then    (ε, δ) for any number of
+               :func:`dpmtv.apply.answer_queries`                  queries
+``dp-icl:S``   per query, one answer per disjoint S-demonstration  (ε, δ) in total over the
+               chunk, noisy-argmax vote (:mod:`dpmtv.eval.dp_icl`)  Q answered queries
+=============  ==================================================  =========================
+
+The non-private methods read the private pool in the clear, so they run only with
+``allow_non_private=True`` and are labelled NON-PRIVATE everywhere. Every method uses the same
+pool, queries, model and prompt format (the adapter's chat template, same question text). Seeds
+vary the partition (mtv, dp-mtv, dp-icl), the noise (dp-mtv, dp-icl) and the sampled
+demonstrations (icl); noise and partition are seeded for reproducibility, which makes these
+runs experiments, not private releases.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpmtv.errors import DangerousModeError, ParameterError
+from dpmtv.eval.benchmarks import Benchmark
+from dpmtv.eval.generation import (
+    ExampleCache,
+    clean_prediction,
+    context_limit,
+    derive_seed,
+    fit_demonstrations,
+    generate_answers,
+)
+from dpmtv.heads import HeadSet
+from dpmtv.models.loading import LoadedModel
+from dpmtv.prompts import Prompt
+
+KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
+NON_PRIVATE_KINDS = ("icl", "mtv")
+DEFAULT_DP_ICL_SHOTS = 4
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    kind: str
+    shots: int | None = None  # icl: demonstrations per prompt; dp-icl: demonstrations per chunk
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.shots}" if self.kind in ("icl", "dp-icl") else self.kind
+
+    @property
+    def private(self) -> bool:
+        """Has an (ε, δ) guarantee, so it is run at every ε."""
+        return self.kind in ("dp-mtv", "dp-icl")
+
+    @property
+    def non_private(self) -> bool:
+        """Reads the private pool without noise (ε = ∞)."""
+        return self.kind in NON_PRIVATE_KINDS
+
+    @property
+    def display(self) -> str:
+        names = {
+            "zero-shot": "zero-shot",
+            "icl": f"ICL {self.shots}-shot",
+            "mtv": "MTV",
+            "dp-mtv": "DP-MTV",
+            "dp-icl": f"DP-ICL ({self.shots}/chunk)",
+        }
+        return names[self.kind] + (" [NON-PRIVATE, ε = ∞]" if self.non_private else "")
+
+
+def parse_methods(text: str) -> tuple[MethodSpec, ...]:
+    """``"zero-shot,icl:16,mtv,dp-mtv,dp-icl"`` → specs (``dp-icl:S`` sets shots per chunk)."""
+    specs = []
+    for item in (part.strip().lower() for part in text.split(",") if part.strip()):
+        match = re.fullmatch(r"(zero-shot|icl|mtv|dp-mtv|dp-icl)(?::(\d+))?", item)
+        if not match:
+            raise ParameterError(f"unknown method '{item}'; use {', '.join(KINDS)} (icl:K, dp-icl:S)")
+        kind, number = match.group(1), match.group(2)
+        if number is not None and kind not in ("icl", "dp-icl"):
+            raise ParameterError(f"method '{item}': only icl:K and dp-icl:S take a number")
+        if kind == "icl" and number is None:
+            raise ParameterError("method 'icl' needs its number of shots, e.g. icl:16")
+        shots = int(number) if number is not None else (DEFAULT_DP_ICL_SHOTS if kind == "dp-icl" else None)
+        if shots is not None and shots < 1:
+            raise ParameterError(f"method '{item}': the number of shots must be >= 1")
+        specs.append(MethodSpec(kind, shots))
+    if not specs:
+        raise ParameterError("no methods given; use e.g. --methods zero-shot,dp-mtv")
+    if len({s.label for s in specs}) != len(specs):
+        raise ParameterError(f"methods repeat: {text!r}")
+    return tuple(specs)
+
+
+def check_non_private(methods: tuple[MethodSpec, ...], *, allow_non_private: bool) -> None:
+    """Refuse non-private methods unless explicitly switched on.
+
+    Raises:
+        DangerousModeError: names the methods and how to switch them on.
+    """
+    offending = [m.label for m in methods if m.non_private]
+    if offending and not allow_non_private:
+        raise DangerousModeError(
+            f"method(s) {', '.join(offending)} read the private demonstrations without noise "
+            "(ε = ∞, NO privacy guarantee); pass --non-private (allow_non_private=True) to run "
+            "them as labelled non-private baselines"
+        )
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Everything of a run besides the model, the benchmark and the head set."""
+
+    methods: tuple[MethodSpec, ...]
+    epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    delta: float = 1e-5
+    l2_clip_norm: tuple[float, ...] = (1.0,)
+    shots_per_chunk: int = 4  # DP-MTV / MTV records per chunk
+    dp_icl_max_chunks: int | None = None
+    max_new_tokens: int = 10
+    batch_size: int = 8
+    allow_non_private: bool = False
+    queries_epsilon: float = 1.0
+    queries_grid: tuple[int, ...] = (1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
+    queries_repeats: int = 20
+    context_limit: int | None = None
+    progress: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "methods"}
+        return {"methods": [m.label for m in self.methods], **data}
+
+
+@dataclass
+class MethodContext:
+    """What every method function reads: the model, the benchmark, settings, heads, caches."""
+
+    loaded: LoadedModel
+    benchmark: Benchmark
+    settings: EvalSettings
+    heads: HeadSet | None
+    head_spec: str | None
+    progress: Callable[[str, int], Any]  # (description, total) -> context manager yielding advance
+    examples: ExampleCache = field(default_factory=ExampleCache)
+
+    def queries(self):
+        return [self.examples(r, with_answer=False) for r in self.benchmark.test]
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    predictions: list[str]
+    details: dict[str, Any]
+
+
+def run_zero_shot(ctx: MethodContext) -> MethodOutput:
+    from dpmtv.apply import answer_queries
+
+    s = ctx.settings
+    answers = answer_queries(
+        ctx.loaded, ctx.queries(), max_new_tokens=s.max_new_tokens, batch_size=s.batch_size
+    )
+    return MethodOutput(_clean(answers), {})
+
+
+def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
+    """K demonstrations per query, sampled without replacement (seeded), cut to fit the context."""
+    s, train = ctx.settings, ctx.benchmark.train
+    rng = np.random.default_rng(derive_seed(seed, "icl", shots))
+    budget = context_limit(ctx.loaded, s.context_limit) - s.max_new_tokens
+    prompts, used = [], []
+    for query in ctx.queries():
+        picks = rng.choice(len(train), size=min(shots, len(train)), replace=False)
+        demos = [ctx.examples(train[int(i)], with_answer=True) for i in picks]
+        k = fit_demonstrations(ctx.loaded.adapter, demos, query, budget=budget)
+        prompts.append(Prompt(tuple(demos[:k]), query))
+        used.append(k)
+    with ctx.progress(f"icl:{shots} seed {seed}", len(prompts)) as advance:
+        answers = generate_answers(
+            ctx.loaded, prompts, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, advance=advance
+        )
+    return MethodOutput(answers, _shots_details(shots, used, budget))
+
+
+def _shots_details(shots: int, used: list[int], budget: int) -> dict[str, Any]:
+    cut = sum(k < shots for k in used)
+    details = {"shots_requested": shots, "shots_used_min": min(used), "shots_used_mean": float(np.mean(used))}
+    details["queries_with_shots_cut"] = cut
+    if cut:
+        details["note"] = (
+            f"k cut from {shots} to as few as {min(used)} for {cut} of {len(used)} queries to fit the "
+            f"{budget}-token prompt budget"
+        )
+    return details
+
+
+def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
+    return _task_vector_method(ctx, seed, epsilon=math.inf)
+
+
+def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
+    return _task_vector_method(ctx, seed, epsilon=epsilon)
+
+
+def _task_vector_method(ctx: MethodContext, seed: int, *, epsilon: float) -> MethodOutput:
+    """Build (noised unless ε = ∞) with the run's seeded partition and noise, then answer.
+
+    The build seed depends on the run seed only, so at one seed every ε shares the partition
+    and the standard-normal noise direction (common random numbers across ε)."""
+    from dpmtv.apply import answer_queries
+    from dpmtv.build import BuildSettings, build_task_vector
+
+    s = ctx.settings
+    if ctx.heads is None:
+        raise ParameterError(
+            "mtv and dp-mtv need a head set: pass --heads SPEC (public head selection, "
+            "dpmtv.selection, is not available to the evaluation yet)"
+        )
+    non_private = math.isinf(epsilon)
+    settings = BuildSettings(
+        epsilon=epsilon,
+        delta=s.delta,
+        l2_clip_norm=s.l2_clip_norm,
+        shots_per_chunk=s.shots_per_chunk,
+        batch_size=s.batch_size,
+        insecure_seed=derive_seed(seed, "task-vector"),
+        allow_insecure_seed=True,
+        non_private=non_private,
+        head_selection={"method": "user", "spec": ctx.head_spec},
+        progress=s.progress,
+    )
+    result = build_task_vector(ctx.loaded, ctx.benchmark.train, ctx.heads, settings)
+    answers = answer_queries(
+        ctx.loaded,
+        ctx.queries(),
+        vector=result.vector,
+        max_new_tokens=s.max_new_tokens,
+        batch_size=s.batch_size,
+    )
+    return MethodOutput(_clean(answers), _build_details(result))
+
+
+def _build_details(result) -> dict[str, Any]:
+    p = result.vector.metadata.privacy
+    return {
+        "num_chunks": p.num_chunks,
+        "shots_per_chunk": p.shots_per_chunk,
+        "l2_sensitivity": p.l2_sensitivity,
+        "noise_std": p.noise_std,
+        "epsilon_spent": None if not p.private else p.epsilon_spent,
+        "noise": "seeded (experiment)" if p.private else "none (non-private)",
+        "warnings": list(result.warnings),
+    }
+
+
+def _clean(answers: list[str]) -> list[str]:
+    return [clean_prediction(a) for a in answers]

@@ -1,0 +1,216 @@
+"""Write an evaluation: ``results.json``, ``report.md``, ``predictions.jsonl`` and the two plots.
+
+Means over seeds carry a 95% Student-t interval: ``mean ± t_{0.975, n−1} · s / √n`` with the
+sample standard deviation ``s`` (n − 1 in the denominator); no interval for a single run.
+Non-private methods are labelled NON-PRIVATE (ε = ∞) in every output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from dpmtv.eval.runner import EvalResults, RunResult
+
+CONFIDENCE = 0.95
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float | None]:
+    """``(mean, half-width)`` of the t-interval; half-width None for fewer than two values."""
+    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
+    if data.size == 0:
+        return math.nan, None
+    if data.size < 2:
+        return float(data.mean()), None
+    sem = data.std(ddof=1) / math.sqrt(data.size)
+    return float(data.mean()), float(stats.t.ppf(0.5 + confidence / 2, data.size - 1) * sem)
+
+
+def summarise(results: EvalResults) -> list[dict[str, Any]]:
+    """One row per (method, ε, metric): mean, 95% CI and the number of runs."""
+    groups: dict[tuple, list[RunResult]] = {}
+    for run in results.runs:
+        groups.setdefault((run.method, run.epsilon), []).append(run)
+    rows = []
+    for (method, epsilon), runs in groups.items():
+        for metric in sorted({k for r in runs for k in r.metrics}):
+            mean, half = t_interval([r.metrics.get(metric) for r in runs])
+            rows.append(
+                {
+                    "method": method,
+                    "display": runs[0].display,
+                    "privacy": runs[0].privacy,
+                    "epsilon": epsilon,
+                    "metric": metric,
+                    "mean": mean,
+                    "ci95_half_width": half,
+                    "num_runs": len(runs),
+                    "seeds": [r.seed for r in runs],
+                }
+            )
+    return rows
+
+
+def write_report(results: EvalResults, out: str | Path) -> dict[str, Path]:
+    """Write every output into ``out`` (created); returns their paths by name."""
+    from dpmtv.eval.plots import plot_privacy_utility, plot_queries
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarise(results)
+    paths = {
+        "results": out / "results.json",
+        "report": out / "report.md",
+        "predictions": out / "predictions.jsonl",
+        "privacy_utility": out / "privacy_utility.png",
+        "queries": out / "queries.png",
+    }
+    paths["results"].write_text(json.dumps(_results_json(results, summary), indent=2, allow_nan=False) + "\n")
+    paths["report"].write_text(markdown_report(results, summary))
+    _write_predictions(results, paths["predictions"])
+    plot_privacy_utility(results, summary, paths["privacy_utility"])
+    plot_queries(results, summary, paths["queries"])
+    return paths
+
+
+def _results_json(results: EvalResults, summary: list[dict]) -> dict[str, Any]:
+    runs = [
+        {
+            "method": r.method,
+            "display": r.display,
+            "privacy": r.privacy,
+            "epsilon": r.epsilon,
+            "epsilon_label": _epsilon_label(r),
+            "delta": results.config["delta"] if r.privacy == "private" else None,
+            "seed": r.seed,
+            "metrics": r.metrics,
+            "details": r.details,
+        }
+        for r in results.runs
+    ]
+    return _json_safe(
+        {
+            "config": results.config,
+            "benchmark": results.benchmark,
+            "primary_metric": results.primary_metric,
+            "runs": runs,
+            "summary": summary,
+            "queries_curve": results.queries_curve,
+        }
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN/∞: non-finite floats become null (ε = ∞ is spelled out in labels)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _epsilon_label(run: RunResult) -> str:
+    if run.privacy == "non-private":
+        return "∞ (NON-PRIVATE)"
+    if run.privacy == "no private data":
+        return "n/a (no private data)"
+    return f"{run.epsilon:g}"
+
+
+def _write_predictions(results: EvalResults, path: Path) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for run in results.runs:
+            ids = results.query_ids or [str(i) for i in range(len(run.predictions))]
+            for query_id, prediction in zip(ids, run.predictions, strict=True):
+                row = {"method": run.method, "privacy": run.privacy, "epsilon": _epsilon_label(run)}
+                row.update({"seed": run.seed, "query": query_id, "prediction": prediction})
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+# ---- markdown --------------------------------------------------------------------------------
+def markdown_report(results: EvalResults, summary: list[dict]) -> str:
+    c, b = results.config, results.benchmark
+    lines = [
+        f"# dpmtv eval: {b['name']} on {c['model']}",
+        "",
+        f"{b['num_train']} demonstrations (private pool), {b['num_test']} queries; seeds "
+        f"{list(c['seeds'])}; δ = {c['delta']:g}; heads {c['heads']}; dpmtv {c['dpmtv_version']}.",
+        "Means over seeds with 95% t-intervals. NON-PRIVATE rows read the private pool without "
+        "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
+        "",
+    ]
+    for metric in b["metrics"]:
+        lines += _metric_table(results, summary, metric)
+    lines += _notes(results)
+    lines += _queries_table(results)
+    return "\n".join(lines) + "\n"
+
+
+def _cell(row: dict | None) -> str:
+    if row is None or row["mean"] is None or math.isnan(row["mean"]):
+        return ""
+    if row["ci95_half_width"] is None:
+        return f"{row['mean']:.3f} (n={row['num_runs']})"
+    return f"{row['mean']:.3f} ± {row['ci95_half_width']:.3f}"
+
+
+def _metric_table(results: EvalResults, summary: list[dict], metric: str) -> list[str]:
+    rows = [r for r in summary if r["metric"] == metric]
+    if not rows:
+        return []
+    epsilons = results.config["epsilons_evaluated"]
+    header = ["method", "privacy", *[f"ε = {e:g}" for e in epsilons], "ε = ∞ / none"]
+    lines = [f"## {metric}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = {r["epsilon"]: r for r in rows if r["method"] == method}
+        first = next(iter(mine.values()))
+        cells = [_cell(mine.get(e)) for e in epsilons] + [_cell(mine.get(None))]
+        lines.append("| " + " | ".join([first["display"], first["privacy"], *cells]) + " |")
+    return [*lines, ""]
+
+
+def _notes(results: EvalResults) -> list[str]:
+    notes = []
+    for run in results.runs:
+        d = run.details
+        where = f"{run.method} seed {run.seed}" + (f" ε={run.epsilon:g}" if run.epsilon else "")
+        if d.get("note"):
+            notes.append(f"- {where}: {d['note']}")
+        if run.method.startswith("dp-icl"):
+            notes.append(
+                f"- {where}: {d['num_queries']} queries × {d['num_chunks']} chunks of "
+                f"{d['shots_per_chunk']}; per-query σ = {d['noise_std']:.4g} (ε per query "
+                f"{d['epsilon_per_query']:.4g}, total {d['epsilon_spent']:.4g}); "
+                f"{d['votes_outside_candidates']:.0%} of votes outside the candidates"
+            )
+        for warning in d.get("warnings", []):
+            notes.append(f"- {where}: {warning}")
+    notes += [f"- benchmark: {note}" for note in results.benchmark.get("notes", [])]
+    return ["## Notes", "", *dict.fromkeys(notes), ""] if notes else []
+
+
+def _queries_table(results: EvalResults) -> list[str]:
+    curve = results.queries_curve
+    if not curve or not (curve["dp-icl"] or curve["dp-mtv"]):
+        return []
+    flat, _ = t_interval(list(curve["dp-mtv"].values()))
+    labels = list(curve["dp-icl"])
+    lines = [
+        f"## {results.primary_metric} vs number of answered queries (total ε = {curve['total_epsilon']:g})",
+        "",
+        "| queries | DP-ICL σ per query | " + " | ".join(labels) + " | dp-mtv |",
+        "|---|---|" + "---|" * (len(labels) + 1),
+    ]
+    for i, q in enumerate(curve["num_queries"]):
+        means = [t_interval([v[i] for v in curve["dp-icl"][label].values()])[0] for label in labels]
+        cells = [f"{x:.3f}" for x in means] + [f"{flat:.3f}" if not math.isnan(flat) else ""]
+        lines.append(f"| {q} | {curve['dp_icl_noise_std'][i]:.4g} | " + " | ".join(cells) + " |")
+    return [*lines, ""]

@@ -1,0 +1,273 @@
+"""Scorers: per-query metrics, the answer normal form DP-ICL votes over, and its candidates.
+
+Metric functions (pure, on strings):
+
+* :func:`vqa_accuracy` — the VQA accuracy: for each of the ``n`` (10) annotator answers, leave it
+  out and score ``min(1, #matches among the other n−1 / 3)``; average the ``n`` scores. With
+  ``c`` of 10 answers matching: ``c = 1 → 0.3``, ``2 → 0.6``, ``3 → 0.9``, ``≥ 4 → 1``.
+* :func:`option_letter_accuracy` — the predicted option letter equals the gold one.
+* :func:`closed_exact_match` — normalised exact match; a yes/no gold answer is matched against the
+  prediction's first word (``"yes, it is"`` → ``yes``).
+* :func:`open_exact_match`, :func:`token_recall` — normalised exact match, and the fraction of
+  the gold answer's distinct tokens present in the prediction.
+
+A :class:`Scorer` binds these to a benchmark: it scores a query record, names its metrics (the
+first is the primary one, plotted), normalises predictions into vote keys and lists each query's
+PUBLIC candidate answers for DP-ICL. Candidate lists come from the benchmark's TEST references
+(or the options / yes-no), never from the private demonstration pool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError
+from dpmtv.eval.normalise import normalize_vqa_answer, process_punctuation
+
+__all__ = [
+    "ExactMatchScorer",
+    "MedicalScorer",
+    "OptionLetterScorer",
+    "Scorer",
+    "VQAScorer",
+    "aggregate_scores",
+    "closed_exact_match",
+    "extract_option_letter",
+    "normalize_answer",
+    "open_exact_match",
+    "option_letter_accuracy",
+    "token_recall",
+    "vqa_accuracy",
+]
+
+YES_NO = ("yes", "no")
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+normalize_answer = normalize_vqa_answer  # one normal form for every scorer
+
+
+# ---- metric functions ------------------------------------------------------------------------
+def vqa_accuracy(prediction: str, answers: Sequence[str], *, references: str = "normalise") -> float:
+    """VQA accuracy of ``prediction`` against the annotators' ``answers``.
+
+    ``references="normalise"`` (default) puts every reference answer in the normal form too.
+    ``references="official"`` reproduces ``vqaEval.py`` exactly: references are only stripped, and
+    only when they disagree get the punctuation step (the released VQA v2 / OK-VQA ``answer``
+    fields are already normalised, where both modes agree; VizWiz ships raw answers, where the
+    official mode would compare a normalised prediction with un-normalised references).
+    """
+    if not answers:
+        raise ParameterError("vqa_accuracy needs at least one reference answer, got none")
+    refs = _references(answers, references)
+    pred = normalize_vqa_answer(prediction)
+    count, n = sum(ref == pred for ref in refs), len(refs)
+    # leave-one-out: a matching annotator sees count-1 matches among the others, another sees count
+    return (count * min(1.0, (count - 1) / 3) + (n - count) * min(1.0, count / 3)) / n
+
+
+def _references(answers: Sequence[str], mode: str) -> list[str]:
+    if mode == "normalise":
+        return [normalize_vqa_answer(a) for a in answers]
+    if mode == "official":
+        refs = [a.replace("\n", " ").replace("\t", " ").strip() for a in answers]
+        return [process_punctuation(a) for a in refs] if len(set(refs)) > 1 else refs
+    raise ParameterError(f"references must be 'normalise' or 'official', got {mode!r}")
+
+
+_LETTER_ALONE = re.compile(r"^\(?([A-Za-z])\)?[.:)]?$")
+_LETTER_MARKED = re.compile(r"^\(?([A-Z])(?:\)|[.:])")
+
+
+def extract_option_letter(prediction: str, options: Sequence[str] = ()) -> str | None:
+    """The option letter a prediction names, or ``None``.
+
+    In order: the whole answer is one letter (``B``, ``(b)``, ``B.``); it starts with a marked
+    capital letter (``B) rose``, ``B. rose``); its normal form equals one option's text; exactly
+    one option's text occurs in it. Letters beyond ``len(options)`` are refused when options are
+    given.
+    """
+    text = prediction.strip()
+    valid = LETTERS[: len(options)] if options else LETTERS
+    for pattern in (_LETTER_ALONE, _LETTER_MARKED):
+        match = pattern.match(text)
+        if match and match.group(1).upper() in valid:
+            return match.group(1).upper()
+    norm, names = normalize_answer(text), [normalize_answer(o) for o in options]
+    if norm in names:
+        return LETTERS[names.index(norm)]
+    contained = [i for i, name in enumerate(names) if name and re.search(rf"\b{re.escape(name)}\b", norm)]
+    return LETTERS[contained[0]] if len(contained) == 1 else None
+
+
+def option_letter_accuracy(prediction: str, gold_letter: str, options: Sequence[str] = ()) -> float:
+    return float(extract_option_letter(prediction, options) == gold_letter.strip().upper())
+
+
+def closed_exact_match(prediction: str, answer: str) -> float:
+    gold, pred = normalize_answer(answer), normalize_answer(prediction)
+    if gold in YES_NO:
+        return float(pred.split()[:1] == [gold])
+    return float(pred == gold)
+
+
+def open_exact_match(prediction: str, answer: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(answer))
+
+
+def token_recall(prediction: str, answer: str) -> float:
+    gold = set(normalize_answer(answer).split())
+    if not gold:
+        return float(not normalize_answer(prediction))
+    return len(gold & set(normalize_answer(prediction).split())) / len(gold)
+
+
+def aggregate_scores(scores: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Mean of each metric over the queries that report it."""
+    totals: dict[str, list[float]] = {}
+    for score in scores:
+        for metric, value in score.items():
+            totals.setdefault(metric, []).append(value)
+    return {metric: math.fsum(values) / len(values) for metric, values in totals.items()}
+
+
+# ---- scorers ---------------------------------------------------------------------------------
+class Scorer(ABC):
+    """Binds metric functions to a benchmark's queries (looked up by ``record_id``)."""
+
+    metrics: tuple[str, ...]
+
+    @property
+    def primary(self) -> str:
+        return self.metrics[0]
+
+    @abstractmethod
+    def score(self, record: Record, prediction: str) -> dict[str, float]:
+        """The metrics of one query (a subset of :attr:`metrics`)."""
+
+    def vote_key(self, record: Record, prediction: str) -> str:
+        """The normal form under which DP-ICL counts a chunk's answer."""
+        return normalize_answer(prediction)
+
+    @abstractmethod
+    def candidates(self, record: Record) -> tuple[str, ...]:
+        """Public candidate vote keys for this query (DP-ICL's histogram bins)."""
+
+    def candidate_scores(self, record: Record, candidates: Sequence[str]) -> np.ndarray:
+        """The primary metric of each candidate released as the answer (NaN where undefined)."""
+        return np.array([self.score(record, c).get(self.primary, math.nan) for c in candidates])
+
+    def _lookup(self, table: Mapping[str, object], record: Record) -> object:
+        try:
+            return table[record.record_id]
+        except KeyError:
+            raise ParameterError(
+                f"{type(self).__name__} has no reference for query '{record.record_id}' ({record.where})"
+            ) from None
+
+
+def _vocabulary(answers: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({normalize_answer(a) for a in answers} - {""}))
+
+
+class ExactMatchScorer(Scorer):
+    """Normalised exact match of ``record.answer`` (generic records, the embedded benchmark)."""
+
+    metrics = ("accuracy", "token_recall")
+
+    def __init__(self, vocabulary: Iterable[str]):
+        self.vocabulary = _vocabulary(vocabulary)
+
+    @classmethod
+    def for_queries(cls, queries: Sequence[Record]) -> ExactMatchScorer:
+        return cls(r.answer for r in queries)
+
+    def score(self, record: Record, prediction: str) -> dict[str, float]:
+        return {
+            "accuracy": open_exact_match(prediction, record.answer),
+            "token_recall": token_recall(prediction, record.answer),
+        }
+
+    def candidates(self, record: Record) -> tuple[str, ...]:
+        return self.vocabulary
+
+
+class VQAScorer(Scorer):
+    """VQA accuracy against each query's annotator answers."""
+
+    metrics = ("vqa_accuracy",)
+
+    def __init__(self, references: Mapping[str, Sequence[str]]):
+        self.references = {key: tuple(value) for key, value in references.items()}
+        self.vocabulary = _vocabulary(a for answers in self.references.values() for a in answers)
+
+    def score(self, record: Record, prediction: str) -> dict[str, float]:
+        return {"vqa_accuracy": vqa_accuracy(prediction, self._lookup(self.references, record))}
+
+    def candidates(self, record: Record) -> tuple[str, ...]:
+        return self.vocabulary
+
+    def candidate_scores(self, record: Record, candidates: Sequence[str]) -> np.ndarray:
+        """Fast path: candidates are in normal form, so only their match count matters."""
+        refs = self._lookup(self.references, record)
+        counts, n = Counter(normalize_answer(a) for a in refs), len(refs)
+        c = np.array([counts.get(candidate, 0) for candidate in candidates], dtype=np.float64)
+        return (c * np.minimum(1.0, (c - 1) / 3) + (n - c) * np.minimum(1.0, c / 3)) / n
+
+
+class OptionLetterScorer(Scorer):
+    """Option-letter accuracy; ``record.answer`` is the gold letter."""
+
+    metrics = ("accuracy",)
+
+    def __init__(self, options: Mapping[str, Sequence[str]]):
+        self.options = {key: tuple(value) for key, value in options.items()}
+
+    def score(self, record: Record, prediction: str) -> dict[str, float]:
+        options = self._lookup(self.options, record)
+        return {"accuracy": option_letter_accuracy(prediction, record.answer, options)}
+
+    def vote_key(self, record: Record, prediction: str) -> str:
+        letter = extract_option_letter(prediction, self._lookup(self.options, record))
+        return letter if letter is not None else normalize_answer(prediction)
+
+    def candidates(self, record: Record) -> tuple[str, ...]:
+        return tuple(LETTERS[: len(self._lookup(self.options, record))])
+
+
+class MedicalScorer(Scorer):
+    """Closed questions by exact match, open ones by exact match and token recall (separately)."""
+
+    metrics = ("closed_accuracy", "open_exact_match", "open_recall")
+
+    def __init__(self, kinds: Mapping[str, str], answers: Mapping[str, str]):
+        bad = {kind for kind in kinds.values()} - {"closed", "open"}
+        if bad:
+            raise ParameterError(f"question kinds must be 'closed' or 'open', got {sorted(bad)}")
+        self.kinds = dict(kinds)
+        self.closed_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "closed")
+        self.open_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "open")
+
+    def score(self, record: Record, prediction: str) -> dict[str, float]:
+        if self._lookup(self.kinds, record) == "closed":
+            return {"closed_accuracy": closed_exact_match(prediction, record.answer)}
+        return {
+            "open_exact_match": open_exact_match(prediction, record.answer),
+            "open_recall": token_recall(prediction, record.answer),
+        }
+
+    def vote_key(self, record: Record, prediction: str) -> str:
+        key = normalize_answer(prediction)
+        if self._lookup(self.kinds, record) == "closed" and key.split()[:1] in (["yes"], ["no"]):
+            return key.split()[0]
+        return key
+
+    def candidates(self, record: Record) -> tuple[str, ...]:
+        if self._lookup(self.kinds, record) == "open":
+            return self.open_vocabulary
+        return YES_NO if normalize_answer(record.answer) in YES_NO else self.closed_vocabulary
