@@ -97,6 +97,57 @@ def overwrite_heads(
         yield
 
 
+@contextmanager
+def blend_heads_per_row(
+    adapter: ModelAdapter, values: Mapping[int, torch.Tensor], masks: torch.Tensor
+) -> Iterator[None]:
+    """Per-row partial overwrite at the last position, for batched head search.
+
+    Row ``b`` of layer ``l``'s heads becomes ``own + masks[b, l, h] · (values[l][h] − own)``:
+    a 0/1 mask patches a head subset per row (e.g. REINFORCE's 32 samples in one batch), and a
+    float mask that requires grad gives attribution patching (``∂loss/∂mask`` at 0 is
+    ``(value − own)·∂loss/∂own``). ``masks`` is ``(B, num_layers, num_heads)``; ``values[l]`` is
+    ``(H, d)`` (shared by all rows) or ``(B, H, d)``. Only layers in ``values`` are hooked. Built
+    without in-place writes, so autograd flows to ``masks`` and ``values``.
+    """
+    geometry = adapter.geometry
+    expected = (geometry.num_layers, geometry.num_heads)
+    if masks.ndim != 3 or tuple(masks.shape[1:]) != expected:
+        raise HeadSpecError(
+            f"masks have shape {tuple(masks.shape)}, expected (B, {expected[0]}, {expected[1]})"
+        )
+
+    def make_hook(layer: int, value: torch.Tensor):
+        def hook(module, args):
+            hidden = args[0]  # (B, T, H*d)
+            if hidden.shape[0] != masks.shape[0]:
+                raise HeadSpecError(f"batch of {hidden.shape[0]} rows but masks for {masks.shape[0]}")
+            own = hidden[:, -1].reshape(hidden.shape[0], geometry.num_heads, geometry.head_dim)
+            mask = masks[:, layer, :, None].to(hidden.dtype)  # (B, H, 1)
+            last = own + mask * (value.to(hidden.dtype) - own)  # (B, H, d)
+            patched = torch.cat([hidden[:, :-1], last.reshape(hidden.shape[0], 1, -1)], dim=1)
+            return (patched, *args[1:])
+
+        return hook
+
+    with ExitStack() as stack:
+        for layer in _checked_layers(adapter, list(values)):
+            value = _checked_values(adapter, layer, values[layer]).to(masks.device)
+            handle = adapter.o_projs[layer].register_forward_pre_hook(make_hook(layer, value))
+            stack.callback(handle.remove)
+        yield
+
+
+def _checked_values(adapter: ModelAdapter, layer: int, value: torch.Tensor) -> torch.Tensor:
+    geometry = adapter.geometry
+    if tuple(value.shape[-2:]) != (geometry.num_heads, geometry.head_dim) or value.ndim not in (2, 3):
+        raise HeadSpecError(
+            f"layer {layer}: values have shape {tuple(value.shape)}, expected "
+            f"([B,] {geometry.num_heads}, {geometry.head_dim})"
+        )
+    return value
+
+
 def _checked_layers(adapter: ModelAdapter, layers: Sequence[int]) -> list[int]:
     num_layers = adapter.geometry.num_layers
     for layer in layers:

@@ -61,6 +61,7 @@ _JSON_EVENT_TYPES: dict[str, type[dp_accounting.DpEvent]] = {
         dp_accounting.NonPrivateDpEvent,
         dp_accounting.NoOpDpEvent,
         dp_accounting.LaplaceDpEvent,
+        dp_accounting.dp_event.DiscreteLaplaceDpEvent,  # private head selection (one-shot noisy top-k)
     )
 }
 

@@ -1,0 +1,71 @@
+"""Greedy forward selection of heads on public train queries."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from dpmtv._progress import progress_bar
+from dpmtv.errors import ParameterError
+from dpmtv.selection._search import PublicSearch, heads_of
+from dpmtv.selection.result import SelectionResult
+
+
+def greedy(
+    search: PublicSearch,
+    *,
+    max_heads: int | None = None,
+    min_gain: float = 0.0,
+    metric: str = "logprob",
+    progress: bool = True,
+) -> SelectionResult:
+    """Repeatedly add the pool head whose patching (together with those already chosen) most
+    improves the train metric; stop when the best gain is ``<= min_gain`` or at ``max_heads``.
+
+    All candidates of a round are one batch of mask rows (``S ∪ {h}`` per row), each evaluated as
+    one cached last-token step per query. Cost: rounds × |pool| rows × train queries. If no head
+    helps at all, the single best head is returned (``details["no_head_helped"]``).
+    """
+    if max_heads is not None and max_heads < 1:
+        raise ParameterError(f"max_heads must be >= 1, got {max_heads}")
+    started = time.perf_counter()
+    budget = int(search.pool.sum()) if max_heads is None else min(max_heads, int(search.pool.sum()))
+    selected = torch.zeros_like(search.pool)  # (L, H) bool
+    current = float(search.train_key(selected[None].float(), metric)[0])
+    gains: list[list[float]] = []
+    with progress_bar("greedy head search", budget, enabled=progress) as advance:
+        while len(gains) < budget:
+            head, value = _best_addition(search, selected, metric)
+            if gains and value - current <= min_gain:
+                break
+            gains.append([*head, value - current])
+            selected[head] = True
+            current = value
+            advance(1)
+    heads = heads_of(selected)
+    return SelectionResult(
+        heads=heads,
+        method="greedy",
+        dev_metric=search.dev_value(heads, metric),
+        metric=metric,
+        scores=gains,
+        seconds=time.perf_counter() - started,
+        details={
+            "max_heads": max_heads,
+            "min_gain": min_gain,
+            "train_metric": current,
+            "no_head_helped": gains[0][2] <= min_gain,
+        },
+    )
+
+
+def _best_addition(
+    search: PublicSearch, selected: torch.Tensor, metric: str
+) -> tuple[tuple[int, int], float]:
+    candidates = (search.pool & ~selected).nonzero()  # (C, 2)
+    rows = selected.expand(candidates.shape[0], *selected.shape).clone()  # (C, L, H)
+    rows[torch.arange(candidates.shape[0]), candidates[:, 0], candidates[:, 1]] = True
+    keys = search.train_key(rows.float(), metric)  # (C,)
+    best = int(keys.argmax())
+    return (int(candidates[best, 0]), int(candidates[best, 1])), float(keys[best])

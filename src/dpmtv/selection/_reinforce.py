@@ -1,0 +1,94 @@
+"""MTV's REINFORCE head search (Huang et al., 2024), batched and seeded."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from dpmtv._progress import progress_bar
+from dpmtv.errors import ParameterError
+from dpmtv.selection._search import PublicSearch, heads_of
+from dpmtv.selection.result import SelectionResult
+
+
+def reinforce(
+    search: PublicSearch,
+    *,
+    steps: int = 600,
+    samples_per_step: int = 32,
+    lr: float = 0.1,
+    init_logit: float = -1.0,
+    final_samples: int = 10,
+    seed: int = 0,
+    progress: bool = True,
+) -> SelectionResult:
+    """Learn a keep-probability ``sigmoid(θ_lh)`` per head by policy gradient.
+
+    Each step takes the next train query (seeded shuffle, cycled), samples ``samples_per_step``
+    subsets ``x ~ Bernoulli(sigmoid(θ))`` restricted to the pool, patches the public means into
+    each subset (one batch, one row per subset), and uses the reward ``r = log p(first answer
+    token)`` (= −cross-entropy). With z-scored rewards ``z``, the REINFORCE loss
+    ``−mean_s z_s · log P_θ(x_s)`` has gradient ``−mean_s z_s (x_s − sigmoid(θ))``; Adam (``lr``)
+    steps on it. Finally ``final_samples`` subsets are drawn and the one with the lowest mean loss
+    on the held-out dev queries is kept (empty draws are skipped).
+    """
+    if steps < 0 or samples_per_step < 2 or final_samples < 1:
+        raise ParameterError(
+            f"need steps >= 0, samples_per_step >= 2, final_samples >= 1; got {steps}, "
+            f"{samples_per_step}, {final_samples}"
+        )
+    started = time.perf_counter()
+    generator = torch.Generator().manual_seed(seed)
+    pool = search.pool.float()  # (L, H)
+    logits = torch.full(pool.shape, float(init_logit), requires_grad=True)  # (L, H)
+    optimizer = torch.optim.Adam([logits], lr=lr)
+    order = torch.randperm(search.train.num_queries, generator=generator).tolist()
+    with progress_bar("REINFORCE head search", steps, enabled=progress) as advance:
+        for step in range(steps):
+            _policy_step(
+                search, logits, pool, optimizer, order[step % len(order)], samples_per_step, generator
+            )
+            advance(1)
+    probabilities = torch.sigmoid(logits.detach()) * pool  # (L, H)
+    details = dict(
+        steps=steps,
+        samples_per_step=samples_per_step,
+        lr=lr,
+        init_logit=init_logit,
+        final_samples=final_samples,
+        seed=seed,
+    )
+    return _final_choice(search, probabilities, final_samples, generator, started, details)
+
+
+def _policy_step(search, logits, pool, optimizer, query: int, rows: int, generator) -> None:
+    probabilities = torch.sigmoid(logits.detach()).expand(rows, *logits.shape)  # (R, L, H)
+    samples = torch.bernoulli(probabilities, generator=generator) * pool  # (R, L, H)
+    reward = search.train.evaluate(samples, [query])[0][:, 0].double()  # (R,)
+    z = ((reward - reward.mean()) / (reward.std() + 1e-8)).float()  # (R,)
+    log_prob = samples * F.logsigmoid(logits) + (1 - samples) * F.logsigmoid(-logits)  # (R, L, H)
+    loss = -(z * (log_prob * pool).sum(dim=(1, 2))).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def _final_choice(search, probabilities, count: int, generator, started: float, details) -> SelectionResult:
+    draws = torch.bernoulli(probabilities.expand(count, *probabilities.shape), generator=generator)
+    draws = draws[draws.flatten(1).sum(dim=1) > 0]  # (R', L, H) non-empty draws
+    if draws.shape[0] == 0:  # every draw empty: keep the most probable head
+        draws = (probabilities == probabilities.max()).float()[None]
+    keys = search.dev_key(draws)  # (R',) mean dev log-prob
+    best = int(keys.argmax())
+    return SelectionResult(
+        heads=heads_of(draws[best].bool()),
+        method="reinforce",
+        dev_metric=float(keys[best]),
+        probabilities=probabilities.tolist(),
+        candidates={f"sample-{i}": float(v) for i, v in enumerate(keys)},
+        chosen=f"sample-{best}",
+        seconds=time.perf_counter() - started,
+        details={**details, "final_draws": [heads_of(d.bool()).to_json() for d in draws]},
+    )
