@@ -187,3 +187,106 @@ def test_nan_activation_is_named_and_writes_nothing(tiny_llava, records_file, tm
     finally:
         handle.remove()
     assert list(tmp_path.glob("*task*")) == []
+
+
+def test_before_noise_is_called_once_with_the_build_event(tiny_llava, records_file, tmp_path):
+    from dpmtv.privacy import epsilon_of
+
+    events = []
+    result = build_task_vector(
+        tiny_llava,
+        load_records(records_file),
+        parse_head_spec("layers:0", tiny_llava.adapter.geometry),
+        SETTINGS,
+        out=tmp_path / "t.safetensors",
+        before_noise=events.append,
+    )
+    assert len(events) == 1 and result.charged_event is events[0]
+    assert epsilon_of(events[0], delta=1e-5) == pytest.approx(result.vector.metadata.privacy.epsilon_spent)
+
+
+def test_a_refused_charge_draws_no_noise_and_writes_nothing(tiny_llava, records_file, tmp_path, monkeypatch):
+    import dpmtv.build as build_module
+    from dpmtv.errors import BudgetExceededError
+
+    def no_noise(*args, **kwargs):
+        raise AssertionError("noise drawn after a refused charge")
+
+    def refuse(event):
+        raise BudgetExceededError("over budget")
+
+    monkeypatch.setattr(build_module, "add_gaussian_noise", no_noise)
+    with pytest.raises(BudgetExceededError):
+        build_task_vector(
+            tiny_llava,
+            load_records(records_file),
+            parse_head_spec("layers:0", tiny_llava.adapter.geometry),
+            SETTINGS,
+            out=tmp_path / "t.safetensors",
+            before_noise=refuse,
+        )
+    assert list(tmp_path.glob("*.safetensors")) == []
+
+
+@pytest.mark.parametrize("composition", ["sequential", "parallel"])
+def test_private_selection_composes_into_the_budget(tiny_llava, records_file, tmp_path, composition):
+    from dpmtv.build import PrivateSelectionSettings
+    from dpmtv.privacy import epsilon_of
+
+    events = []
+    settings = BuildSettings(
+        epsilon=4.0,
+        delta=1e-5,
+        l2_clip_norm=(1.0,),
+        shots_per_chunk=4,
+        progress=False,
+        private_selection=PrivateSelectionSettings(k=3, composition=composition),
+    )
+    result = build_task_vector(
+        tiny_llava,
+        load_records(records_file),
+        None,
+        settings,
+        out=tmp_path / "t.safetensors",
+        before_noise=events.append,
+    )
+    vector = load_task_vector(result.path)
+    p = vector.metadata.privacy
+    assert len(vector.heads) == 3 and vector.metadata.head_selection["method"] == "private-noisy-top-k"
+    m = 6 if composition == "sequential" else 3  # 24 records / 4 per chunk; parallel: one half
+    assert p.num_chunks == m
+    # Δ is the worst case over the layers 3 heads can occupy (the tiny model has 2 layers).
+    assert p.l2_sensitivity == pytest.approx(2 * 1.0 * math.sqrt(2) / m)
+    assert p.epsilon_spent <= 4.0
+    charged = epsilon_of(events[0], delta=1e-5)
+    if composition == "sequential":
+        assert charged == pytest.approx(p.epsilon_spent) and p.epsilon_spent > 3.9
+    else:  # charged as if composed: the safe side
+        assert charged > p.epsilon_spent
+
+
+def test_private_selection_charges_before_the_selection_noise(
+    tiny_llava, records_file, tmp_path, monkeypatch
+):
+    import dpmtv.selection.private as private_module
+    from dpmtv.build import PrivateSelectionSettings
+    from dpmtv.errors import BudgetExceededError
+
+    def no_selection(*args, **kwargs):
+        raise AssertionError("selection noise drawn before the charge")
+
+    monkeypatch.setattr(private_module, "select_private", no_selection)
+    settings = BuildSettings(
+        epsilon=4.0,
+        delta=1e-5,
+        l2_clip_norm=(1.0,),
+        shots_per_chunk=4,
+        progress=False,
+        private_selection=PrivateSelectionSettings(k=2),
+    )
+
+    def refuse(event):
+        raise BudgetExceededError("over budget")
+
+    with pytest.raises(BudgetExceededError):
+        build_task_vector(tiny_llava, load_records(records_file), None, settings, before_noise=refuse)

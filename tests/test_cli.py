@@ -158,3 +158,32 @@ def test_demo_quick_runs_the_whole_pipeline(runner, tmp_path):
     assert result.exit_code == 0, result.output
     assert "meaningless" in result.output and "differentially private" in result.output
     assert (tmp_path / "demo" / "task.safetensors").exists()
+
+
+def test_build_with_private_selection_and_a_saved_selection(runner, tiny_llava_path, records_file, tmp_path):
+    out = tmp_path / "p.safetensors"
+    args = _build_args(tiny_llava_path, records_file, out)
+    i = args.index("--heads")
+    del args[i : i + 2]
+    args[args.index("--epsilon") + 1] = "4"
+    result = runner.invoke(main, [*args, "--heads-from", "private", "--select-k", "2"])
+    assert result.exit_code == 0, result.output
+    metadata = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)
+    assert metadata["head_selection"]["method"] == "private-noisy-top-k" and len(metadata["heads"]) == 2
+
+    from dpmtv.heads import HeadSet
+    from dpmtv.selection import SelectionResult
+
+    saved = SelectionResult(heads=HeadSet.of([(1, 2)]), method="greedy", dev_metric=-1.5).save(
+        tmp_path / "s.json"
+    )
+    result = runner.invoke(main, [*args, "--heads-from", str(saved)])
+    assert result.exit_code == 0, result.output
+    metadata = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)
+    assert metadata["heads"] == [[1, 2]] and metadata["head_selection"]["method"] == "greedy"
+
+    (tmp_path / "bad.json").write_text(json.dumps({"heads": [[1, 2]]}))
+    result = runner.invoke(main, [*args, "--heads-from", str(tmp_path / "bad.json")])
+    assert result.exit_code == 2 and "is not a dpmtv head selection" in result.output
+    result = runner.invoke(main, [*args, "--heads", "all", "--heads-from", "private"])
+    assert result.exit_code == 2 and "exactly one of --heads or --heads-from" in result.output

@@ -27,9 +27,42 @@ from dpmtv.errors import ParameterError
 @click.option(
     "--heads",
     "head_spec",
-    required=True,
     help="'all', 'layers:A-B', 'heads:L.H,...' or a JSON file of [layer, head] pairs.",
 )
+@click.option(
+    "--heads-from",
+    help="Select heads instead of --heads: 'public:FILE' (public selection on public records, no "
+    "privacy cost), 'private' (private selection on the private chunks, composed into the budget; "
+    "see --select-k) or a saved selection JSON from `dpmtv select`.",
+)
+@click.option(
+    "--select-k", type=int, default=10, show_default=True, help="Heads picked by private selection."
+)
+@click.option(
+    "--select-method",
+    type=click.Choice(["greedy", "reinforce", "scored"]),
+    default="greedy",
+    show_default=True,
+    help="Public selection method (with --heads-from public:FILE).",
+)
+@click.option(
+    "--selection-fraction",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Private selection, sequential: the share of ε spent on selection; σ of the release is "
+    "calibrated so the composition meets the total (ε, δ).",
+)
+@click.option(
+    "--selection-composition",
+    type=click.Choice(["sequential", "parallel"]),
+    default="sequential",
+    show_default=True,
+    help="Private selection: 'sequential' runs selection and release on all chunks and splits the "
+    "budget; 'parallel' runs them on disjoint halves of the chunks at the full budget each — no "
+    "split, but each half has m/2 chunks (fewer votes, twice the release sensitivity).",
+)
+@click.option("--select-pool", default="all", show_default=True, help="Public candidate heads for selection.")
 @click.option("--epsilon", type=float, help="Privacy budget ε of the build (> 0).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ in (0, 1); keep it below 1/N.")
 @click.option(
@@ -122,20 +155,46 @@ def command(
     dtype,
     device,
     quiet,
+    heads_from,
+    select_k,
+    select_method,
+    selection_fraction,
+    selection_composition,
+    select_pool,
 ):
     """Build a private task vector from private records (SPEC §4)."""
-    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
     from dpmtv.data import load_records
-    from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
     if epsilon is None and not non_private:
         raise ParameterError(
             "--epsilon is required (or --non-private for an explicitly non-private baseline)"
         )
+    if (head_spec is None) == (heads_from is None):
+        raise ParameterError("give exactly one of --heads or --heads-from")
     records = load_records(data_path)
     loaded = load_model(model_path, dtype=dtype, device=device)
-    heads = parse_head_spec(head_spec, loaded.adapter.geometry)
+    private_selection = None
+    if heads_from == "private":
+        heads, head_selection = None, {"method": "private"}
+        private_selection = PrivateSelectionSettings(
+            k=select_k,
+            selection_fraction=selection_fraction,
+            composition=selection_composition,
+            pool=select_pool,
+        )
+    else:
+        heads, head_selection = resolve_heads(
+            loaded,
+            head_spec=head_spec,
+            heads_from=heads_from,
+            method=select_method,
+            shots_per_chunk=shots_per_chunk,
+            pool=select_pool,
+            batch_size=batch_size,
+            progress=not quiet,
+        )
     settings = BuildSettings(
         epsilon=math.inf if non_private else epsilon,
         delta=delta,
@@ -151,10 +210,40 @@ def command(
         insecure_seed=insecure_seed,
         allow_insecure_seed=insecure_seed is not None,
         non_private=non_private,
-        head_selection={"method": "user", "spec": head_spec},
+        private_selection=private_selection,
+        head_selection=head_selection,
         progress=not quiet,
     )
     result = build_task_vector(loaded, records, heads, settings, out=out)
     for note in result.warnings:
         err_console.print(f"[yellow]warning:[/] {note}")
     print_vector_summary(result.vector.metadata, path=result.path)
+
+
+def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, pool, batch_size, progress):
+    """The released head set and how it was chosen: --heads, a saved selection, or a public
+    selection run now on public records (no privacy cost: the records are public)."""
+    from dpmtv.data import load_records
+    from dpmtv.heads import parse_head_spec
+    from dpmtv.selection import SelectionResult, select_public
+
+    geometry = loaded.adapter.geometry
+    if head_spec is not None:
+        return parse_head_spec(head_spec, geometry), {"method": "user", "spec": head_spec}
+    if heads_from.startswith("public:"):
+        result = select_public(
+            loaded,
+            load_records(heads_from[len("public:") :]),
+            method=method,
+            shots=shots_per_chunk,
+            pool=parse_head_spec(pool, geometry),
+            batch_size=batch_size,
+            progress=progress,
+        )
+    elif Path(heads_from).is_file():
+        result = SelectionResult.load(heads_from)
+    else:
+        raise ParameterError(
+            f"--heads-from '{heads_from}' is not 'public:FILE', 'private' or a saved selection file"
+        )
+    return result.heads.check(geometry), result.to_metadata()

@@ -59,8 +59,8 @@ def prepare_public_task(
 ) -> PublicTask:
     """Shuffle the PUBLIC records (seeded), hold out ``num_dev`` (default 20 %, at least 1) as dev
     queries, and use the rest both as train queries and, in chunks of ``shots``, as the many-shot
-    prompts (the build's own format, :func:`dpmtv.build.chunk_prompt`) whose mean is patched."""
-    from dpmtv.build import chunk_prompt  # lazily: build will import selection
+    prompts (the build's own format, :func:`dpmtv.chunks.chunk_prompt`) whose mean is patched."""
+    from dpmtv.chunks import chunk_prompt
 
     if shots < 1:
         raise ParameterError(f"shots must be >= 1, got {shots}")

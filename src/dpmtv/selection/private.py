@@ -73,7 +73,7 @@ def chunk_votes(
 
 
 def _batch_votes(loaded, batch, k_prime: int, pool_mask: torch.Tensor) -> list[tuple[int, ...]]:
-    from dpmtv.build import chunk_prompt  # lazily: build will import selection
+    from dpmtv.chunks import chunk_prompt
 
     usable = [index for index, chunk in enumerate(batch) if len(chunk) >= 2]
     out: list[tuple[int, ...]] = [() for _ in batch]

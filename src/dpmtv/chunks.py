@@ -1,0 +1,118 @@
+"""From records to chunk prompts: partition dispatch, chunk record lists, lazy prompt rendering.
+
+Model-free and privacy-free glue: the partition functions themselves live in ``dpmtv.privacy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError, RecordError
+from dpmtv.privacy import (
+    NeighbouringRelation,
+    Partition,
+    fresh_partition_key,
+    partition_add_remove_one,
+    partition_replace_one,
+    secure_rng,
+    seeded_rng,
+)
+from dpmtv.prompts import Example, Prompt, blank_image
+
+
+def partition_records(
+    records: Sequence[Record],
+    *,
+    relation: NeighbouringRelation,
+    shots_per_chunk: int,
+    num_chunks: int | None,
+    insecure_seed: int | None,
+) -> Partition:
+    """The build's partition: a fresh random permutation (replace-one) or a keyed hash of record
+    ids into a public number of chunks (add-remove-one). Neither is stored anywhere."""
+    if relation is NeighbouringRelation.REPLACE_ONE:
+        rng = seeded_rng(insecure_seed) if insecure_seed is not None else secure_rng()
+        return partition_replace_one(len(records), shots_per_chunk=shots_per_chunk, rng=rng)
+    if num_chunks is None:
+        raise ParameterError(
+            "add-remove-one needs a public, fixed number of chunks: pass --num-chunks "
+            "(it must not be derived from the private data)"
+        )
+    unnamed = next((r for r in records if not r.has_explicit_id), None)
+    if unnamed is not None:
+        raise RecordError(
+            f"{unnamed.where}: field 'id' is missing; add-remove-one assigns chunks by a keyed "
+            "hash of each record's id, so every record needs a stable, unique 'id'"
+        )
+    return partition_add_remove_one(
+        [r.record_id for r in records], num_chunks=num_chunks, key=fresh_partition_key()
+    )
+
+
+def sub_partition(partition: Partition, indices: np.ndarray) -> Partition:
+    """The chunks at ``indices`` (e.g. one half for parallel composition); m is len(indices)."""
+    return Partition(chunks=tuple(partition.chunks[int(i)] for i in indices), num_unused=partition.num_unused)
+
+
+def chunk_records(
+    records: Sequence[Record], partition: Partition, shots_per_chunk: int
+) -> list[list[Record]]:
+    """Each chunk's records (empty chunks included), cut to ``shots_per_chunk``."""
+    return [[records[int(i)] for i in chunk[:shots_per_chunk]] for chunk in partition.chunks]
+
+
+class ChunkPrompts(Sequence):
+    """Chunk prompts rendered (images decoded) only when a batch asks for them, so memory stays
+    flat in the number of records. Empty chunks are skipped: they contribute nothing to the sum,
+    and the mean still divides by the public m."""
+
+    def __init__(
+        self,
+        records: Sequence[Record],
+        partition: Partition,
+        *,
+        shots_per_chunk: int,
+        query: str,
+        query_question: str,
+    ):
+        self._records = records
+        self._chunks = [chunk for chunk in partition.chunks if len(chunk)]
+        self._shots = shots_per_chunk
+        self._query, self._question = query, query_question
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        chunk = [self._records[int(i)] for i in self._chunks[index][: self._shots]]
+        return chunk_prompt(chunk, query=self._query, query_question=self._question)
+
+
+def chunk_prompt(chunk: Sequence[Record], *, query: str, query_question: str) -> Prompt:
+    """One chunk's prompt: its records as demonstrations, then the query (SPEC §4.2)."""
+    if query == "record":
+        *demos, last = chunk
+        query_example = Example(last.load_images(), last.question)
+    else:
+        demos = list(chunk)
+        query_example = Example((public_query_image(query),), query_question)
+    return Prompt(tuple(Example(r.load_images(), r.question, r.answer) for r in demos), query_example)
+
+
+def public_query_image(query: str) -> Image.Image:
+    if query == "blank":
+        return blank_image()
+    try:
+        with Image.open(Path(query)) as image:
+            return image.convert("RGB")
+    except OSError as exc:
+        raise ParameterError(
+            f"--query '{query}' is neither 'record', 'blank' nor a readable image: {exc}"
+        ) from None
