@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,13 @@ def tiny_llava_path(tmp_path_factory) -> Path:
     return build_tiny_checkpoint("llava", tmp_path_factory.mktemp("tiny-llava"))
 
 
+# Tests run on the CPU; a GPU check sets DPMTV_TEST_DEVICE=cuda to run the same tests there.
+TEST_DEVICE = os.environ.get("DPMTV_TEST_DEVICE", "cpu")
+
+
 @pytest.fixture(scope="session")
 def tiny_llava(tiny_llava_path):
-    return load_model(tiny_llava_path)
+    return load_model(tiny_llava_path, device=TEST_DEVICE)
 
 
 def write_records(folder: Path, count: int, *, seed: int = 0, with_ids: bool = True, **extra) -> Path:

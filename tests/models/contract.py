@@ -15,6 +15,7 @@ from dpmtv.hooks import LayerPatch, PatchMode, capture_last_token, overwrite_hea
 from dpmtv.models.loading import load_model
 from dpmtv.models.tiny import build_tiny_checkpoint
 from dpmtv.prompts import Example, Prompt
+from tests.conftest import TEST_DEVICE
 
 
 def random_image(rng: np.random.Generator, size: int = 20) -> Image.Image:
@@ -40,7 +41,7 @@ class AdapterContract:
     @pytest.fixture(scope="class")
     def loaded(self, tmp_path_factory):
         path = build_tiny_checkpoint(self.family, tmp_path_factory.mktemp(self.family))
-        return load_model(path)
+        return load_model(path, device=TEST_DEVICE)
 
     @pytest.fixture(scope="class")
     def prompts(self):
