@@ -1,0 +1,176 @@
+"""``dpmtv audit``: an empirical lower bound on the release's ε versus the claimed ε."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from dpmtv.cli._common import console, err_console, float_list
+
+_MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
+
+
+@click.command(name="audit")
+@click.option(
+    "--model", "model_path", help="Checkpoint folder, hub id or 'embedded'; omit for synthetic mode."
+)
+@click.option("--data", "data_path", type=click.Path(path_type=Path), help="Records (model mode).")
+@click.option("--heads", "head_spec", help="Head spec as for build (model mode).")
+@click.option("--l2-clip-norm", callback=float_list, help="C: one value or one per layer [synthetic: 1].")
+@click.option("--shots-per-chunk", type=int, help="Records per chunk s [synthetic: 4].")
+@click.option("--trials", type=int, default=10000, show_default=True, help="Releases per dataset (D and D').")
+@click.option(
+    "--epsilons",
+    callback=float_list,
+    default="0.5,1,2,4,8",
+    show_default=True,
+    help="Claimed ε values to audit.",
+)
+@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option("--confidence", type=float, default=0.95, show_default=True, help="Of the lower bound.")
+@click.option(
+    "--mechanism",
+    type=click.Choice(["correct", "small-noise", "no-clip"]),
+    default="correct",
+    show_default=True,
+    help="Audit the correct release or a deliberately broken one (σ/4, clipping off).",
+)
+@click.option("--num-chunks", type=int, default=16, show_default=True, help="Synthetic mode: m.")
+@click.option("--synthetic-dim", type=int, default=32, show_default=True, help="Synthetic mode: D per layer.")
+@click.option("--synthetic-layers", type=int, default=2, show_default=True, help="Synthetic mode: L'.")
+@click.option("--query", default="record", show_default=True, help="Model mode: chunk query, as for build.")
+@click.option("--batch-size", type=int, default=4, show_default=True)
+@click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--seed", type=int, help="Reproducible audit (seeds trials and partition; not a release).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def command(**options):
+    """Estimate ε_lower, a confident empirical lower bound on the release's privacy loss, and
+    compare it with the claimed ε. Writes audit.json, audit.md and audit.png to --out; exits with
+    status 1 if any ε_lower exceeds its claim (a violation)."""
+    from dpmtv.audit import AuditReport
+
+    if options["model_path"] is None:
+        points, settings = _synthetic(options)
+        mode = "synthetic"
+    else:
+        points, settings = _model(options)
+        mode = "model"
+    report = AuditReport(mode, tuple(points), settings)
+    paths = report.write(options["out"])
+    _print(report)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+    if report.violations:
+        err_console.print(
+            f"[bold red]VIOLATION:[/] ε_lower exceeds ε_claimed at ε = "
+            f"{', '.join(f'{p.epsilon_claimed:g}' for p in report.violations)}"
+        )
+        sys.exit(1)
+
+
+def _common(options) -> dict:
+    from dpmtv.audit import MECHANISMS
+    from dpmtv.errors import ParameterError
+
+    if options["trials"] < 20:
+        raise ParameterError(f"--trials must be >= 20, got {options['trials']}")
+    return {
+        "delta": options["delta"],
+        "trials": options["trials"],
+        "mechanism": MECHANISMS[options["mechanism"]],
+        "confidence": options["confidence"],
+    }
+
+
+def _synthetic(options):
+    from dpmtv._progress import progress_bar
+    from dpmtv.audit import audit_synthetic
+    from dpmtv.errors import ParameterError
+
+    given = [name for name in ("data_path", "head_spec") if options[name] is not None]
+    if given:
+        raise ParameterError(f"--{given[0].split('_')[0]} needs --model; omit it for the synthetic audit")
+    clip = options["l2_clip_norm"] or (1.0,)
+    if len(clip) != 1:
+        raise ParameterError("synthetic mode takes one --l2-clip-norm")
+    settings = {
+        "num_chunks": options["num_chunks"],
+        "shots_per_chunk": options["shots_per_chunk"] or 4,
+        "layer_dims": dict.fromkeys(range(options["synthetic_layers"]), options["synthetic_dim"]),
+        "l2_clip_norm": clip[0],
+    }
+    common = _common(options)
+    points = []
+    epsilons = options["epsilons"]
+    with progress_bar("auditing (synthetic)", len(epsilons), enabled=not options["quiet"]) as advance:
+        for index, epsilon in enumerate(epsilons):
+            seed = None if options["seed"] is None else options["seed"] + index
+            points.append(audit_synthetic(epsilon=epsilon, seed=seed, **settings, **common))
+            advance(1)
+    return points, {**settings, **_public(options, common)}
+
+
+def _model(options):
+    from dpmtv.audit.model import audit_model, model_chunk_vectors
+    from dpmtv.data import load_records
+    from dpmtv.errors import ParameterError
+    from dpmtv.heads import parse_head_spec
+    from dpmtv.models.loading import load_model
+    from dpmtv.privacy import parse_l2_clip_norms
+
+    missing = [name for name in _MODEL_OPTIONS if options[name] is None]
+    if missing:
+        raise ParameterError(f"model mode needs --{missing[0].replace('_path', '').replace('_', '-')}")
+    common = _common(options)
+    records = load_records(options["data_path"])
+    loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
+    heads = parse_head_spec(options["head_spec"], loaded.adapter.geometry)
+    clip = parse_l2_clip_norms(list(options["l2_clip_norm"]), heads.layers)
+    canary = model_chunk_vectors(
+        loaded,
+        records,
+        heads,
+        l2_clip_norms=clip,
+        shots_per_chunk=options["shots_per_chunk"],
+        query=options["query"],
+        batch_size=options["batch_size"],
+        seed=options["seed"],
+    )
+    points = audit_model(
+        canary, l2_clip_norms=clip, epsilons=options["epsilons"], seed=options["seed"], **common
+    )
+    settings = {
+        "model": options["model_path"],
+        "heads": options["head_spec"],
+        "num_chunks": canary.num_chunks,
+        "shots_per_chunk": options["shots_per_chunk"],
+        "l2_clip_norm": [clip[layer] for layer in heads.layers],
+        "query": options["query"],
+        "canary": canary.describe(),
+    }
+    return points, {**settings, **_public(options, common)}
+
+
+def _public(options, common) -> dict:
+    return {
+        "trials": common["trials"],
+        "delta": common["delta"],
+        "confidence": common["confidence"],
+        "mechanism": options["mechanism"],
+        "seed": options["seed"],
+        "noise_sampler": "seeded-numpy" if options["seed"] is not None else "csprng-numpy",
+    }
+
+
+def _print(report) -> None:
+    table = Table(title=f"privacy audit ({report.mode}, mechanism {report.points[0].mechanism})")
+    for column in report.HEADER:
+        table.add_column(column, justify="right")
+    for row in report.rows():
+        style = "bold red" if row[-1] == "VIOLATION" else None
+        table.add_row(*row, style=style)
+    console.print(table)

@@ -1,0 +1,126 @@
+"""``dpmtv budget``: create dataset budgets and show what the ledger has charged (SPEC §4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from platformdirs import user_data_dir
+from rich.table import Table
+
+from dpmtv.cli._common import console
+from dpmtv.errors import ParameterError
+
+LEDGER_FILE = "ledger.sqlite"
+
+
+def default_ledger_path() -> Path:
+    """``<user data dir>/ledger.sqlite`` (platformdirs), e.g. ``~/.local/share/dpmtv/ledger.sqlite``."""
+    return Path(user_data_dir("dpmtv")) / LEDGER_FILE
+
+
+def ledger_option(function):
+    """The shared ``--ledger PATH`` option (None means :func:`default_ledger_path`)."""
+    return click.option(
+        "--ledger",
+        "ledger_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help=f"Budget ledger (SQLite). Default: {default_ledger_path()}.",
+    )(function)
+
+
+def open_ledger(ledger_path: Path | None):
+    """The :class:`~dpmtv.privacy.ledger.Ledger` at ``ledger_path`` or the default path."""
+    from dpmtv.privacy.ledger import Ledger
+
+    return Ledger(ledger_path if ledger_path is not None else default_ledger_path())
+
+
+def resolve_build_ledger(ledger_path: Path | None, dataset: str | None):
+    """For ``build``: ``(ledger, dataset)`` to charge, or None when neither option is given.
+
+    ``--dataset NAME`` alone uses the default ledger; ``--ledger`` without ``--dataset`` is refused
+    (a charge needs to know which budget to take from).
+    """
+    if dataset is None:
+        if ledger_path is not None:
+            raise ParameterError("--ledger needs --dataset NAME: the dataset budget to charge")
+        return None
+    return open_ledger(ledger_path), dataset
+
+
+@click.group(name="budget")
+def command() -> None:
+    """Privacy-budget ledger: per-dataset (ε, δ) budgets that builds charge."""
+
+
+@command.command(name="init")
+@click.argument("name")
+@click.option("--epsilon", type=float, required=True, help="Total ε budget of the dataset (> 0).")
+@click.option("--delta", type=float, required=True, help="δ at which all releases are composed, in (0, 1).")
+@ledger_option
+def init(name, epsilon, delta, ledger_path):
+    """Create dataset NAME with budget (ε, δ). Budgets cannot be changed later."""
+    ledger = open_ledger(ledger_path)
+    status = ledger.init_dataset(name, epsilon=epsilon, delta=delta)
+    console.print(
+        f"dataset [bold]{status.name}[/]: budget ε = {status.epsilon_budget:g} at δ = {status.delta:g} "
+        f"in ledger {ledger.path}",
+        highlight=False,
+    )
+
+
+@command.command(name="show")
+@click.argument("name", required=False)
+@ledger_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def show(name, ledger_path, as_json):
+    """Show every dataset's budget, or NAME's budget and charges."""
+    ledger = open_ledger(ledger_path)
+    statuses = [ledger.status(name)] if name else [ledger.status(n) for n in ledger.datasets()]
+    if as_json:
+        data = statuses[0].to_json() if name else [s.to_json() for s in statuses]
+        click.echo(json.dumps(data, indent=2))
+    elif name:
+        _print_dataset(statuses[0], ledger.path)
+    else:
+        _print_overview(statuses, ledger.path)
+
+
+def _print_overview(statuses, path) -> None:
+    table = Table(title=f"privacy budgets in {path}")
+    for column in ("dataset", "ε budget", "δ", "ε spent", "ε remaining", "charges"):
+        table.add_column(column, justify="left" if column == "dataset" else "right")
+    for s in statuses:
+        table.add_row(
+            s.name,
+            f"{s.epsilon_budget:g}",
+            f"{s.delta:g}",
+            f"{s.epsilon_spent:.4g}",
+            f"{s.epsilon_headroom:.4g}",
+            str(len(s.charges)),
+        )
+    console.print(table)
+
+
+def _print_dataset(status, path) -> None:
+    summary = Table(title=f"dataset {status.name} ({path})", show_header=False)
+    summary.add_row("budget", f"ε = {status.epsilon_budget:g} at δ = {status.delta:g}")
+    summary.add_row("spent (PLD composition)", f"ε = {status.epsilon_spent:.6g}")
+    summary.add_row("remaining", f"ε = {status.epsilon_headroom:.6g}")
+    summary.add_row("created", status.created_at)
+    console.print(summary)
+    charges = Table(title="charges")
+    for column in ("#", "charged at", "ε after", "artifact", "written"):
+        charges.add_column(column)
+    for index, charge in enumerate(status.charges, start=1):
+        charges.add_row(
+            str(index),
+            charge.charged_at,
+            f"{charge.epsilon_after:.4g}",
+            charge.artifact or "-",
+            charge.written_at or "[yellow]not written[/]",
+        )
+    console.print(charges)

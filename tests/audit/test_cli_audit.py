@@ -1,0 +1,61 @@
+"""``dpmtv audit`` through click's runner: synthetic and model modes, outputs, exit status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dpmtv.cli import main
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_synthetic_audit_writes_json_markdown_and_plot(runner, tmp_path):
+    out = tmp_path / "audit"
+    args = ["audit", "--out", str(out), "--trials", "200", "--epsilons", "1,4", "--seed", "3", "--quiet"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit.json").read_text())
+    assert report["mode"] == "synthetic" and report["violation"] is False
+    assert [p["epsilon_claimed"] for p in report["points"]] == [1.0, 4.0]
+    assert report["settings"]["trials"] == 200 and report["confidence"] == 0.95
+    assert "| ε claim | ε lower |" in (out / "audit.md").read_text()
+    assert (out / "audit.png").read_bytes()[:4] == b"\x89PNG"
+    assert "privacy audit" in result.output
+
+
+def test_broken_mechanism_exits_with_status_1(runner, tmp_path):
+    args = ["audit", "--out", str(tmp_path), "--trials", "400", "--epsilons", "1", "--mechanism", "no-clip"]
+    result = runner.invoke(main, [*args, "--seed", "4", "--quiet"])
+    assert result.exit_code == 1
+    assert json.loads((tmp_path / "audit.json").read_text())["violation"] is True
+
+
+def test_model_mode(runner, tmp_path, tiny_llava_path, records_file):
+    out = tmp_path / "audit"
+    args = ["audit", "--model", str(tiny_llava_path), "--data", str(records_file), "--heads", "layers:0"]
+    args += ["--l2-clip-norm", "0.5", "--shots-per-chunk", "4", "--trials", "100", "--epsilons", "2"]
+    result = runner.invoke(main, [*args, "--out", str(out), "--seed", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit.json").read_text())
+    assert report["mode"] == "model" and report["settings"]["num_chunks"] == 6
+    assert report["settings"]["canary"]["position"] in {"first-record", "last-record"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--data", "x.jsonl"], "--data needs --model"),
+        (["--model", "whatever"], "model mode needs --data"),
+        (["--trials", "5"], "--trials must be >= 20"),
+        (["--l2-clip-norm", "1,2"], "one --l2-clip-norm"),
+    ],
+)
+def test_bad_options(runner, tmp_path, extra, message):
+    result = runner.invoke(main, ["audit", "--out", str(tmp_path), "--quiet", *extra])
+    assert result.exit_code == 2 and message in result.output

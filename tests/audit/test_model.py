@@ -1,0 +1,72 @@
+"""The audit with a real (tiny, random-weight) model: forward passes once, canary by measurement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpmtv.audit.model as audit_model_module
+from dpmtv.audit import MECHANISMS
+from dpmtv.audit.model import audit_model, model_chunk_vectors
+from dpmtv.data import load_records
+from dpmtv.errors import ParameterError
+from dpmtv.heads import parse_head_spec
+from tests.conftest import write_records
+
+
+@pytest.fixture(scope="module")
+def canary_setup(tiny_llava, tmp_path_factory):
+    records = load_records(write_records(tmp_path_factory.mktemp("audit-data"), 9))
+    heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
+    clip = {0: 1e-3}  # far below the activations' norms: every chunk vector is clipped
+    calls = []
+    real = audit_model_module.extract_selected_heads
+
+    def counting(adapter, prompts, heads):
+        calls.append(len(prompts))
+        return real(adapter, prompts, heads)
+
+    audit_model_module.extract_selected_heads = counting
+    try:
+        canary = model_chunk_vectors(
+            tiny_llava, records, heads, l2_clip_norms=clip, shots_per_chunk=3, seed=0
+        )
+    finally:
+        audit_model_module.extract_selected_heads = real
+    return canary, clip, sum(calls)
+
+
+def test_forward_passes_once_and_canary_is_measured(canary_setup, tiny_llava):
+    canary, clip, passes = canary_setup
+    assert canary.num_chunks == 3 and passes == 3 + 8  # m chunks + 2 positions × 4 images
+    dim = tiny_llava.adapter.geometry.head_dim * tiny_llava.adapter.geometry.num_heads
+    assert canary.rows_without[0].shape == canary.rows_with[0].shape == (3, dim)
+    assert np.array_equal(canary.rows_without[0][1:], canary.rows_with[0][1:])  # only chunk 0 differs
+    assert 0.0 < canary.shift_fraction <= 1.0
+    assert canary.position in {"first-record", "last-record"} and canary.describe()["chunk"] == 0
+
+
+def test_model_audit_correct_and_no_clip(canary_setup):
+    """Seeded; the correct release is flagged with probability <= 5% (the CP argument). Without
+    clipping the unclipped chunk vectors move by far more than Δ (C is 1e-3), so it is flagged."""
+    canary, clip, _ = canary_setup
+    (correct,) = audit_model(canary, l2_clip_norms=clip, epsilons=[2.0], delta=1e-5, trials=400, seed=1)
+    assert not correct.violation
+    assert correct.shift_norm == pytest.approx(canary.shift_fraction * correct.l2_sensitivity, rel=1e-6)
+    (broken,) = audit_model(
+        canary,
+        l2_clip_norms=clip,
+        epsilons=[2.0],
+        delta=1e-5,
+        trials=400,
+        mechanism=MECHANISMS["no-clip"],
+        seed=1,
+    )
+    assert broken.violation and broken.shift_norm > 10 * broken.l2_sensitivity
+
+
+def test_too_few_records(tiny_llava, tmp_path):
+    records = load_records(write_records(tmp_path, 2))
+    heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
+    with pytest.raises(ParameterError, match="shots_per_chunk"):
+        model_chunk_vectors(tiny_llava, records, heads, l2_clip_norms={0: 1.0}, shots_per_chunk=3)
