@@ -187,3 +187,61 @@ def test_build_with_private_selection_and_a_saved_selection(runner, tiny_llava_p
     assert result.exit_code == 2 and "is not a dpmtv head selection" in result.output
     result = runner.invoke(main, [*args, "--heads", "all", "--heads-from", "private"])
     assert result.exit_code == 2 and "exactly one of --heads or --heads-from" in result.output
+
+
+def test_build_charges_the_ledger_and_refuses_beyond_the_budget(
+    runner, tiny_llava_path, records_file, tmp_path
+):
+    ledger = tmp_path / "ledger.sqlite"
+    result = runner.invoke(
+        main, ["budget", "init", "clinic", "--epsilon", "1.2", "--delta", "1e-5", "--ledger", str(ledger)]
+    )
+    assert result.exit_code == 0, result.output
+    first = tmp_path / "a.safetensors"
+    result = runner.invoke(
+        main,
+        [*_build_args(tiny_llava_path, records_file, first), "--dataset", "clinic", "--ledger", str(ledger)],
+    )
+    assert result.exit_code == 0, result.output
+    second = tmp_path / "b.safetensors"
+    result = runner.invoke(
+        main,
+        [*_build_args(tiny_llava_path, records_file, second), "--dataset", "clinic", "--ledger", str(ledger)],
+    )
+    assert result.exit_code == 2 and "budget" in result.output.lower() and not second.exists()
+    shown = json.loads(
+        runner.invoke(main, ["budget", "show", "clinic", "--ledger", str(ledger), "--json"]).stdout
+    )
+    assert len(shown["charges"]) == 1 and shown["charges"][0]["artifact"] == str(first)
+
+
+def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
+    from tests.conftest import write_records
+
+    data = write_records(tmp_path / "u", 24)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for index, row in enumerate(rows):
+        row["user_id"] = f"user-{index % 5}"  # 5 users with 4-5 records each
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "u.safetensors"
+    args = [
+        *_build_args(tiny_llava_path, data, out),
+        "--privacy-unit",
+        "user",
+        "--num-chunks",
+        "3",
+        "--max-records-per-user",
+        "3",
+    ]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "records beyond --max-records-per-user were dropped" in result.output
+    privacy = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)["privacy"]
+    assert privacy["privacy_unit"] == "user" and privacy["neighbouring_relation"] == "add-remove-one"
+    assert (
+        privacy["num_records"] is None
+        and privacy["num_unused_records"] is None
+        and privacy["num_chunks"] == 3
+    )
+    result = runner.invoke(main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user"])
+    assert result.exit_code == 2 and "--num-chunks" in result.output

@@ -104,7 +104,9 @@ class BuildSettings:
     l2_clip_norm: tuple[float, ...]  # one value, or one per released layer (per pool layer)
     shots_per_chunk: int  # records per chunk (s); with query="record" s-1 are demonstrations
     neighbouring_relation: str = "replace-one"
-    num_chunks: int | None = None  # public m, required for add-remove-one
+    num_chunks: int | None = None  # public m, required for add-remove-one and user level
+    privacy_unit: str = "record"  # "record" | "user" (add/remove one user, records capped)
+    max_records_per_user: int | None = None  # public cap, required for user level
     query: str = "record"  # "record" | "blank" | path of a public query image
     query_question: str = DEFAULT_QUERY_QUESTION  # public; used with blank/public queries
     center: str = "none"  # "none" | "blank" | path of public records
@@ -147,7 +149,7 @@ def build_task_vector(
     """
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
-    relation = parse_relation(settings.neighbouring_relation)
+    relation = _relation(settings)
     sampler = make_sampler(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
     )
@@ -158,6 +160,11 @@ def build_task_vector(
         num_chunks=settings.num_chunks,
         insecure_seed=settings.insecure_seed,
     )
+    if settings.privacy_unit == "user":
+        notes.append(
+            f"user level: {partition.num_unused} records beyond --max-records-per-user were dropped "
+            "(a private count: shown to you, never stored)"
+        )
     selection_part, release_part = _split_for_selection(partition, settings)
     selection_plan = _plan_selection(settings)
     candidate_layers = heads.layers if heads is not None else _pool(settings, geometry).layers
@@ -261,6 +268,13 @@ def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet
     for note in notes:
         warnings.warn(note, stacklevel=3)
     return notes
+
+
+def _relation(settings: BuildSettings) -> NeighbouringRelation:
+    """User level is add/remove one user (users are hashed into a public number of chunks)."""
+    if settings.privacy_unit == "user":
+        return NeighbouringRelation.ADD_REMOVE_ONE
+    return parse_relation(settings.neighbouring_relation)
 
 
 def _split_for_selection(partition: Partition, settings: BuildSettings) -> tuple[Partition, Partition]:
@@ -373,6 +387,7 @@ def _metadata(
         delta=plan.delta,
         epsilon_spent=plan.epsilon_spent,
         neighbouring_relation=relation.value,
+        privacy_unit=settings.privacy_unit,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
         l2_sensitivity=plan.l2_sensitivity,
         noise_std=plan.noise_std,

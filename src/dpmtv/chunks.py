@@ -22,6 +22,7 @@ from dpmtv.privacy import (
     secure_rng,
     seeded_rng,
 )
+from dpmtv.privacy.user_level import partition_by_user
 from dpmtv.prompts import Example, Prompt, blank_image
 
 
@@ -32,9 +33,16 @@ def partition_records(
     shots_per_chunk: int,
     num_chunks: int | None,
     insecure_seed: int | None,
+    privacy_unit: str = "record",
+    max_records_per_user: int | None = None,
 ) -> Partition:
-    """The build's partition: a fresh random permutation (replace-one) or a keyed hash of record
-    ids into a public number of chunks (add-remove-one). Neither is stored anywhere."""
+    """The build's partition: a fresh random permutation (replace-one), a keyed hash of record
+    ids (add-remove-one) or of user ids (privacy unit "user", each user's records capped) into a
+    public number of chunks. None of it is stored anywhere."""
+    if privacy_unit == "user":
+        return _partition_by_user(records, num_chunks, max_records_per_user).partition
+    if privacy_unit != "record":
+        raise ParameterError(f"privacy unit must be 'record' or 'user', got {privacy_unit!r}")
     if relation is NeighbouringRelation.REPLACE_ONE:
         rng = seeded_rng(insecure_seed) if insecure_seed is not None else secure_rng()
         return partition_replace_one(len(records), shots_per_chunk=shots_per_chunk, rng=rng)
@@ -51,6 +59,22 @@ def partition_records(
         )
     return partition_add_remove_one(
         [r.record_id for r in records], num_chunks=num_chunks, key=fresh_partition_key()
+    )
+
+
+def _partition_by_user(records: Sequence[Record], num_chunks: int | None, max_records_per_user: int | None):
+    if num_chunks is None or max_records_per_user is None:
+        raise ParameterError(
+            "--privacy-unit user needs --num-chunks M (public, fixed) and --max-records-per-user K"
+        )
+    anonymous = next((r for r in records if r.user_id is None), None)
+    if anonymous is not None:
+        raise RecordError(f"{anonymous.where}: field 'user_id' is missing; --privacy-unit user needs it")
+    return partition_by_user(
+        [r.user_id for r in records],
+        num_chunks=num_chunks,
+        max_records_per_user=max_records_per_user,
+        key=fresh_partition_key(),
     )
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from dpmtv.cli._common import err_console, float_list, print_vector_summary
+from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
 
 
@@ -90,7 +91,27 @@ from dpmtv.errors import ParameterError
     show_default=True,
     help="replace-one: N is public. add-remove-one: needs record ids and --num-chunks.",
 )
-@click.option("--num-chunks", type=int, help="Public, fixed m (required for add-remove-one).")
+@click.option(
+    "--num-chunks", type=int, help="Public, fixed m (required for add-remove-one and --privacy-unit user)."
+)
+@click.option(
+    "--privacy-unit",
+    type=click.Choice(["record", "user"]),
+    default="record",
+    show_default=True,
+    help="record: the guarantee is per record. user: per user — records need 'user_id', each user's "
+    "records go to one chunk (keyed hash, fresh key per build) and are capped at "
+    "--max-records-per-user (the excess is dropped, with a count shown); needs --num-chunks.",
+)
+@click.option(
+    "--max-records-per-user", type=int, help="Public cap on a user's records (--privacy-unit user)."
+)
+@click.option(
+    "--dataset",
+    help="Charge this build to the named dataset budget in the ledger (see `dpmtv budget`); the "
+    "charge is taken just before noise is drawn, and a build that would exceed it is refused.",
+)
+@ledger_option
 @click.option(
     "--query",
     default="record",
@@ -161,6 +182,10 @@ def command(
     selection_fraction,
     selection_composition,
     select_pool,
+    privacy_unit,
+    max_records_per_user,
+    dataset,
+    ledger_path,
 ):
     """Build a private task vector from private records (SPEC §4)."""
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
@@ -173,6 +198,9 @@ def command(
         )
     if (head_spec is None) == (heads_from is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
+    if non_private and dataset is not None:
+        raise ParameterError("a --non-private build has no finite cost to charge: drop --dataset")
+    ledger = resolve_build_ledger(ledger_path, dataset)
     records = load_records(data_path)
     loaded = load_model(model_path, dtype=dtype, device=device)
     private_selection = None
@@ -202,6 +230,8 @@ def command(
         shots_per_chunk=shots_per_chunk,
         neighbouring_relation=neighbouring_relation,
         num_chunks=num_chunks,
+        privacy_unit=privacy_unit,
+        max_records_per_user=max_records_per_user,
         query=query,
         query_question=query_question,
         center=center,
@@ -214,7 +244,10 @@ def command(
         head_selection=head_selection,
         progress=not quiet,
     )
-    result = build_task_vector(loaded, records, heads, settings, out=out)
+    charge = _ledger_charge(ledger, settings, loaded, out)
+    result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
+    if charge is not None:
+        charge.mark_written(str(result.path))
     for note in result.warnings:
         err_console.print(f"[yellow]warning:[/] {note}")
     print_vector_summary(result.vector.metadata, path=result.path)
@@ -247,3 +280,27 @@ def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, poo
             f"--heads-from '{heads_from}' is not 'public:FILE', 'private' or a saved selection file"
         )
     return result.heads.check(geometry), result.to_metadata()
+
+
+def _ledger_charge(ledger, settings, loaded, out):
+    """The ledger callback, with the build's PUBLIC parameters only (never data)."""
+    if ledger is None:
+        return None
+    from dpmtv._version import __version__
+    from dpmtv.privacy.ledger import LedgerCharge
+
+    book, dataset = ledger
+    parameters = {
+        "epsilon": settings.epsilon,
+        "delta": settings.delta,
+        "l2_clip_norm": list(settings.l2_clip_norm),
+        "shots_per_chunk": settings.shots_per_chunk,
+        "num_chunks": settings.num_chunks,
+        "neighbouring_relation": settings.neighbouring_relation,
+        "privacy_unit": settings.privacy_unit,
+        "noise_sampler": settings.noise_sampler,
+        "model": loaded.name_or_path,
+        "head_selection": settings.head_selection,
+        "dpmtv": __version__,
+    }
+    return LedgerCharge(book, dataset, parameters=parameters, artifact=str(out))
