@@ -22,18 +22,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
+# On a shared CPU, spinning OpenMP workers lose most of their time to other processes; passive
+# waiting was measured ~2x faster per step under contention (set before torch loads libgomp).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dpmtv.embedded import checkpoint_format as fmt
-from dpmtv.embedded import generator as gen
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from dpmtv.embedded import checkpoint_format as fmt  # noqa: E402
+from dpmtv.embedded import generator as gen  # noqa: E402
 
 EVAL_SHOTS = (0, 1, 4, 16)
 PROBE_CLASSES = tuple(len(gen.VALUES[a]) for a in gen.ATTRIBUTES)
@@ -43,8 +48,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--minutes", type=float, default=40.0, help="wall-clock budget of the loop")
-    p.add_argument("--steps", type=int, default=None,
-                   help="fixed number of steps instead of a time budget (schedule by steps)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="fixed number of steps instead of a time budget (schedule by steps)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--tokens-per-step", type=int, default=3000)
     p.add_argument("--min-shots", type=int, default=16)
@@ -60,6 +69,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-queries", type=int, default=48, help="queries per task and shot count")
     p.add_argument("--final-eval-queries", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="continue from the weights of a checkpoint folder written by this script\n"
+        "(fresh optimizer and schedule; probes start anew)",
+    )
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -105,8 +121,9 @@ def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
         for start in range(0, n, batch_rows):
             stop = min(n, start + batch_rows)
             pixels = fmt.pixels_from_uint8(data["images"][start * per : stop * per])
-            logits = model(input_ids=data["ids"][start:stop], pixel_values=pixels,
-                           logits_to_keep=1).logits[:, -1]
+            logits = model(input_ids=data["ids"][start:stop], pixel_values=pixels, logits_to_keep=1).logits[
+                :, -1
+            ]
             correct[start:stop] = logits.argmax(-1) == data["targets"][start:stop]
         per_task = {
             task.name: float(correct[torch.from_numpy(data["task_index"] == i)].float().mean())
@@ -196,8 +213,11 @@ def plot_curves(log_path: Path, png: Path) -> None:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None \
+    command = (
+        " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+        if argv is None
         else "train_embedded.py " + " ".join(shlex.quote(a) for a in argv)
+    )
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -211,6 +231,12 @@ def main(argv=None) -> dict:
             fh.write(json.dumps(record) + "\n")
 
     model = fmt.build_model(args.seed)
+    if args.init is not None:
+        from transformers import LlavaForConditionalGeneration
+
+        init = LlavaForConditionalGeneration.from_pretrained(args.init)
+        model.load_state_dict(init.state_dict())
+        del init
     model.train()
     processor = fmt.build_processor()
     probes = Probes(model.config.text_config.hidden_size)
@@ -222,22 +248,29 @@ def main(argv=None) -> dict:
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95),
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
     )
     eval_set = build_eval_set(args.seed, args.eval_queries)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params:,} parameters; budget: "
-          f"{f'{args.steps} steps' if args.steps else f'{args.minutes} min'}", flush=True)
+    print(
+        f"model: {n_params:,} parameters; budget: "
+        f"{f'{args.steps} steps' if args.steps else f'{args.minutes} min'}",
+        flush=True,
+    )
 
     budget_s = args.minutes * 60.0
     progress_bar = None
     if not args.no_progress:
         from tqdm import tqdm
 
-        progress_bar = tqdm(total=args.steps or int(budget_s), mininterval=5.0,
-                            unit="step" if args.steps else "s", dynamic_ncols=True)
+        progress_bar = tqdm(
+            total=args.steps or int(budget_s),
+            mininterval=5.0,
+            unit="step" if args.steps else "s",
+            dynamic_ncols=True,
+        )
     start = time.monotonic()
     last_tick = start
     step = 0
@@ -245,7 +278,9 @@ def main(argv=None) -> dict:
     buckets = ((0, 1), (1, 4), (4, 16), (16, 10_000))
     last_eval = None
     summary_base = {
-        "seed": args.seed, "command": command, "parameters": n_params,
+        "seed": args.seed,
+        "command": command,
+        "parameters": n_params,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "torch": torch.__version__,
     }
@@ -269,11 +304,13 @@ def main(argv=None) -> dict:
         pos = torch.from_numpy(fmt.answer_positions(k))
         answer_logits = logits[:, pos]  # (E, K, V)
         answer_targets = torch.from_numpy(answer_ids)
-        loss_answer = F.cross_entropy(answer_logits.reshape(-1, answer_logits.shape[-1]),
-                                      answer_targets.reshape(-1))
+        loss_answer = F.cross_entropy(
+            answer_logits.reshape(-1, answer_logits.shape[-1]), answer_targets.reshape(-1)
+        )
         eos_logits = logits[:, pos + 1]
-        loss_eos = F.cross_entropy(eos_logits.reshape(-1, eos_logits.shape[-1]),
-                                   torch.full((n_episodes * k,), fmt.EOS_ID))
+        loss_eos = F.cross_entropy(
+            eos_logits.reshape(-1, eos_logits.shape[-1]), torch.full((n_episodes * k,), fmt.EOS_ID)
+        )
         pooled = captured.pop("features").mean(dim=1)
         loss_probe = probes(pooled, torch.from_numpy(batch.codes.reshape(-1, 4)))
         loss = loss_answer + args.eos_weight * loss_eos + args.probe_weight * loss_probe
@@ -286,8 +323,8 @@ def main(argv=None) -> dict:
 
         with torch.no_grad():
             hits = (answer_logits.argmax(-1) == answer_targets).numpy()
-        running["loss"].append(float(loss_answer))
-        running["probe"].append(float(loss_probe))
+        running["loss"].append(loss_answer.item())
+        running["probe"].append(loss_probe.item())
         kinds = np.array(batch.kinds)
         for kind in ("naming", "predicate"):
             rows = hits[kinds == kind]
@@ -302,10 +339,15 @@ def main(argv=None) -> dict:
             if step % 10 == 0:
                 progress_bar.set_postfix(loss=f"{np.mean(running['loss'][-10:]):.3f}", lr=f"{lr:.1e}")
         if step % args.log_every == 0:
+            by_position = {key: float(np.mean(v)) for key, v in sorted(running["acc"].items())}
             record = {
-                "type": "train", "step": step, "elapsed_s": round(now - start, 1), "lr": lr,
-                "loss": float(np.mean(running["loss"])), "probe_loss": float(np.mean(running["probe"])),
-                "train_acc_by_position": {key: float(np.mean(v)) for key, v in sorted(running["acc"].items())},
+                "type": "train",
+                "step": step,
+                "elapsed_s": round(now - start, 1),
+                "lr": lr,
+                "loss": float(np.mean(running["loss"])),
+                "probe_loss": float(np.mean(running["probe"])),
+                "train_acc_by_position": by_position,
                 "steps_per_s": args.log_every / max(1e-9, now - last_tick),
             }
             last_tick = now
@@ -315,14 +357,28 @@ def main(argv=None) -> dict:
                 print(json.dumps(record), flush=True)
         if step % args.eval_every == 0:
             last_eval = evaluate(model, eval_set)
-            log({"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1),
-                 "eval": last_eval})
+            log(
+                {
+                    "type": "eval",
+                    "step": step,
+                    "elapsed_s": round(time.monotonic() - start, 1),
+                    "eval": last_eval,
+                }
+            )
             msg = f"[eval step {step} {time.monotonic() - start:.0f}s] {eval_line(last_eval)}"
             (progress_bar.write if progress_bar is not None else print)(msg)
-            save_checkpoint(model, processor, out, {
-                **summary_base, "complete": False, "steps": step,
-                "minutes": round((time.monotonic() - start) / 60, 2), "last_eval": last_eval,
-            })
+            save_checkpoint(
+                model,
+                processor,
+                out,
+                {
+                    **summary_base,
+                    "complete": False,
+                    "steps": step,
+                    "minutes": round((time.monotonic() - start) / 60, 2),
+                    "last_eval": last_eval,
+                },
+            )
 
     train_minutes = (time.monotonic() - start) / 60
     if progress_bar is not None:
@@ -330,14 +386,15 @@ def main(argv=None) -> dict:
     hook.remove()
     del probes  # training aid only: never saved
     last_eval = evaluate(model, eval_set)
-    log({"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1),
-         "eval": last_eval})
+    log({"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1), "eval": last_eval})
     final_set = build_eval_set(args.seed + 1_000_003, args.final_eval_queries)
     final_eval = evaluate(model, final_set)
-    log({"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries,
-         "eval": final_eval})
+    log({"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries, "eval": final_eval})
     summary = {
-        **summary_base, "complete": True, "steps": step, "minutes": round(train_minutes, 2),
+        **summary_base,
+        "complete": True,
+        "steps": step,
+        "minutes": round(train_minutes, 2),
         "final_eval": final_eval,
         "final_eval_note": (
             f"accuracy of the next token after '->' (greedy, full vocabulary) on "

@@ -126,19 +126,38 @@ def build_processor(tokenizer: PreTrainedTokenizerFast | None = None) -> LlavaPr
 
 def build_config(max_position_embeddings: int = 1024) -> LlavaConfig:
     vision = CLIPVisionConfig(
-        hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, num_channels=3, projection_dim=64,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+        num_channels=3,
+        projection_dim=64,
     )
     text = LlamaConfig(
-        vocab_size=len(VOCAB), hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=8, head_dim=16,
-        max_position_embeddings=max_position_embeddings, rope_theta=10000.0,
-        tie_word_embeddings=True, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        vocab_size=len(VOCAB),
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=16,
+        max_position_embeddings=max_position_embeddings,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
     )
     return LlavaConfig(
-        vision_config=vision, text_config=text, image_token_id=IMAGE_ID,
-        image_seq_length=IMAGE_TOKENS, projector_hidden_act="gelu",
-        vision_feature_layer=-1, vision_feature_select_strategy="default",
+        vision_config=vision,
+        text_config=text,
+        image_token_id=IMAGE_ID,
+        image_seq_length=IMAGE_TOKENS,
+        projector_hidden_act="gelu",
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
         tie_word_embeddings=True,
     )
 
@@ -199,11 +218,7 @@ def chat_messages(answers: Sequence[str], question: str = "What is the answer?")
     """The contract's message list: demonstrations with ``answers``, then one query turn."""
     messages: list[dict] = []
     for answer in answers:
-        messages.append(
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}
-        )
+        messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]})
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    messages.append(
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}
-    )
+    messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]})
     return messages

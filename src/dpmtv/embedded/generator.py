@@ -46,16 +46,19 @@ VALUES: dict[str, tuple[str, ...]] = {
 YES, NO = "yes", "no"
 #: Every answer word of the family, in a fixed order (the tokenizer's answer vocabulary).
 ANSWER_WORDS: tuple[str, ...] = (
-    *VALUES["colour"], *VALUES["shape"], *VALUES["size"], *VALUES["position"], YES, NO
+    *VALUES["colour"],
+    *VALUES["shape"],
+    *VALUES["size"],
+    *VALUES["position"],
+    YES,
+    NO,
 )
 ANSWER_INDEX: dict[str, int] = {word: i for i, word in enumerate(ANSWER_WORDS)}
 
 HELD_OUT_PREDICATES: tuple[str, ...] = ("is_green", "is_cross")
 HELD_OUT_COMBO: tuple[str, str] = ("blue", "triangle")  # (colour, shape) never seen in training
 
-_BASE_RGB = np.array(
-    [[215, 45, 45], [45, 185, 65], [55, 90, 225], [225, 210, 45]], dtype=np.float32
-)
+_BASE_RGB = np.array([[215, 45, 45], [45, 185, 65], [55, 90, 225], [225, 210, 45]], dtype=np.float32)
 _COLOUR_JITTER = 25.0
 _NOISE_STD = 10.0
 _SMALL_R = (3.0, 4.0)
@@ -77,17 +80,13 @@ def sample_attributes(
     rng: np.random.Generator, n: int, *, exclude_held_out_combo: bool = False
 ) -> np.ndarray:
     """``n`` uniformly drawn attribute codes, shape ``(n, 4)`` (colour, shape, size, position)."""
-    codes = np.stack(
-        [rng.integers(0, len(VALUES[name]), n) for name in ATTRIBUTES], axis=1
-    ).astype(np.int64)
+    codes = np.stack([rng.integers(0, len(VALUES[name]), n) for name in ATTRIBUTES], axis=1).astype(np.int64)
     if exclude_held_out_combo:
         _redraw_held_out_combo(rng, codes, fixed_column=None)
     return codes
 
 
-def _redraw_held_out_combo(
-    rng: np.random.Generator, codes: np.ndarray, fixed_column: int | None
-) -> None:
+def _redraw_held_out_combo(rng: np.random.Generator, codes: np.ndarray, fixed_column: int | None) -> None:
     """Replace the held-out colour x shape pair in place, never touching ``fixed_column``."""
     column = 1 if fixed_column != 1 else 0  # redraw the shape unless the shape is fixed
     for _ in range(100):
@@ -103,9 +102,7 @@ def render(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     codes = np.asarray(codes, dtype=np.int64).reshape(-1, 4)
     n = len(codes)
     colour, shape, size, position = codes.T
-    radius = np.where(
-        size == 1, rng.uniform(*_BIG_R, n), rng.uniform(*_SMALL_R, n)
-    ).astype(np.float32)
+    radius = np.where(size == 1, rng.uniform(*_BIG_R, n), rng.uniform(*_SMALL_R, n)).astype(np.float32)
     u = rng.uniform(0.0, 1.0, n).astype(np.float32)
     cx = radius + u * np.maximum(_LEFT_MAX_X - radius, 0.0)
     cx = np.where(position == 1, (IMAGE_SIZE - 1) - cx, cx)
@@ -175,17 +172,23 @@ class Task:
 
 def _naming(attribute: str) -> Task:
     return Task(
-        name=f"name_{attribute}", kind="naming", held_out=False,
-        answer_fn=lambda a, _k=attribute: a[_k], attribute=attribute,
+        name=f"name_{attribute}",
+        kind="naming",
+        held_out=False,
+        answer_fn=lambda a, _k=attribute: a[_k],
+        attribute=attribute,
     )
 
 
 def _predicate(attribute: str, value: str) -> Task:
     name = f"is_{value}"
     return Task(
-        name=name, kind="predicate", held_out=name in HELD_OUT_PREDICATES,
+        name=name,
+        kind="predicate",
+        held_out=name in HELD_OUT_PREDICATES,
         answer_fn=lambda a, _k=attribute, _v=value: YES if a[_k] == _v else NO,
-        attribute=attribute, value=value,
+        attribute=attribute,
+        value=value,
     )
 
 

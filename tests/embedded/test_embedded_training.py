@@ -1,0 +1,69 @@
+"""A few-step run of scripts/train_embedded.py: loss falls and the output folder reloads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaProcessor
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_embedded.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("train_embedded", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_few_step_training_smoke(tmp_path):
+    script = _load_script()
+    threads = torch.get_num_threads()
+    start = time.monotonic()
+    try:
+        summary = script.main(
+            [
+                "--seed",
+                "0",
+                "--steps",
+                "10",
+                "--out",
+                str(tmp_path / "ckpt"),
+                "--tokens-per-step",
+                "800",
+                "--min-shots",
+                "8",
+                "--max-shots",
+                "16",
+                "--warmup",
+                "2",
+                "--log-every",
+                "2",
+                "--eval-every",
+                "10",
+                "--eval-queries",
+                "2",
+                "--final-eval-queries",
+                "2",
+                "--threads",
+                "1",
+                "--no-progress",
+            ]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert time.monotonic() - start < 60
+    out = tmp_path / "ckpt"
+    records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r["type"] == "train"]
+    assert len(losses) == 5 and losses[-1] < losses[0]
+    assert summary["complete"] and summary["steps"] == 10 and summary["seed"] == 0
+    written = json.loads((out / "training_summary.json").read_text())
+    assert set(written["final_eval"]) == {"0", "1", "4", "16"}
+    assert isinstance(AutoProcessor.from_pretrained(out), LlavaProcessor)
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert not any("probe" in name for name, _ in model.named_parameters())
