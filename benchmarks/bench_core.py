@@ -25,7 +25,7 @@ import torch
 
 from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data.records import load_records
-from dpmtv.demo import write_colour_records
+from dpmtv.data.synthetic import write_colour_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
 from dpmtv.models.tiny import build_tiny_checkpoint

@@ -153,11 +153,19 @@ def test_inspect_refuses_a_tampered_file(runner, tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_quick_runs_the_whole_pipeline(runner, tmp_path):
-    result = runner.invoke(main, ["demo", "--quick", "--out", str(tmp_path / "demo")])
+def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
+    out = tmp_path / "demo"
+    result = runner.invoke(main, ["demo", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "meaningless" in result.output and "differentially private" in result.output
-    assert (tmp_path / "demo" / "task.safetensors").exists()
+    assert "keeps" in result.output and "differentially private" in result.output
+    rows = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in rows} == {"zero-shot", "icl-16 (non-private)", "mtv (non-private)", "dp-mtv"}
+    assert all(set(r) == {"method", "task", "epsilon", "seed", "accuracy"} for r in rows)
+    assert (out / "report.md").read_text().startswith("# dpmtv demo")
+    assert (out / "privacy_utility.png").read_bytes()[:4] == b"\x89PNG"
+    (artifact,) = out.glob("*.safetensors")
+    inspected = json.loads(runner.invoke(main, ["inspect", str(artifact), "--json"]).stdout)
+    assert inspected["privacy"]["epsilon"] == 1.0
 
 
 def test_build_with_private_selection_and_a_saved_selection(runner, tiny_llava_path, records_file, tmp_path):

@@ -1,0 +1,65 @@
+"""The embedded task suite as dpmtv records, and first-token scoring on the embedded model.
+
+Seeds: every split is generated from ``numpy.random.default_rng([seed, task_index, split])`` so
+private, public and test sets never share images, and a seed fixes every pixel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from dpmtv.data.records import Record
+from dpmtv.embedded.generator import Task, sample_records, task_suite
+from dpmtv.hooks import LayerPatch, overwrite_heads
+from dpmtv.models.base import ModelAdapter
+from dpmtv.prompts import Example, Prompt, zero_shot
+
+SPLITS = {"private": 0, "public": 1, "test": 2, "public-dev": 3, "public-val": 4}
+PUBLIC_SEED = 1_000_003  # public data is generated from a seed disjoint from the experiment seeds
+
+
+def task_records(task: Task, n: int, *, seed: int, split: str) -> list[Record]:
+    """``n`` records of ``task`` (image, the fixed public question, answer) for one split."""
+    rng = np.random.default_rng([seed, _task_index(task), SPLITS[split]])
+    generated = sample_records(task, n, rng)
+    return [
+        Record(
+            f"{task.name}-{split}-{seed}-{i}", (image,), generated.question, answer, where=f"{task.name}[{i}]"
+        )
+        for i, (image, answer) in enumerate(zip(generated.images, generated.answers, strict=True))
+    ]
+
+
+def few_shot_prompt(demos: Sequence[Record], query: Record) -> Prompt:
+    return Prompt(
+        tuple(Example(r.images, r.question, r.answer) for r in demos), Example(query.images, query.question)
+    )
+
+
+def zero_shot_prompts(queries: Sequence[Record]) -> list[Prompt]:
+    return [zero_shot(Example(r.images, r.question)) for r in queries]
+
+
+def first_token_correct(
+    adapter: ModelAdapter,
+    prompts: Sequence[Prompt],
+    answers: Sequence[str],
+    *,
+    patches: Mapping[int, LayerPatch] | None = None,
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Whether the greedy first answer token equals each answer's token (bool per prompt)."""
+    answer_ids = torch.tensor(adapter.tokenizer.convert_tokens_to_ids(list(answers)))
+    predicted = []
+    for start in range(0, len(prompts), batch_size):
+        inputs = adapter.encode(prompts[start : start + batch_size])
+        with torch.no_grad(), overwrite_heads(adapter, patches or {}):
+            predicted.append(adapter.model(**inputs).logits[:, -1].argmax(-1).cpu())
+    return (torch.cat(predicted) == answer_ids).numpy()
+
+
+def _task_index(task: Task) -> int:
+    return [t.name for t in task_suite()].index(task.name)
