@@ -262,13 +262,30 @@ def _write_outputs(out, rows, summary, config, defaults, sensitivity, plans, art
         "summary": summary,
         "seconds": round(seconds, 1),
         "artifact": str(artifact),
-        "command": "dpmtv demo" + (" --quick" if config.records_per_task < 2048 else ""),
+        "command": command_line(config),
     }
     if 1.0 in config.epsilons:
         meta["gain_kept_at_eps1"] = gain_kept(summary)
     (out / "summary.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "report.md").write_text(_markdown(summary, config, meta))
     _plot(summary, out / "privacy_utility.png")
+
+
+def command_line(config: DemoConfig) -> str:
+    """The ``dpmtv demo`` invocation that reproduces ``config`` (for the reports)."""
+    if config == default_config(quick=True):
+        return "dpmtv demo --quick"
+    full = default_config(quick=False)
+    parts = ["dpmtv demo"]
+    if config.records_per_task != full.records_per_task:
+        parts.append(f"--records-per-task {config.records_per_task}")
+    if config.shots_per_chunk != full.shots_per_chunk:
+        parts.append(f"--shots-per-chunk {config.shots_per_chunk}")
+    if config.epsilons != full.epsilons:
+        parts.append("--epsilons " + ",".join(f"{e:g}" for e in config.epsilons))
+    if config.seeds != full.seeds:
+        parts.append(f"--seeds {len(config.seeds)}")
+    return " ".join(parts)
 
 
 def _markdown(summary, config, meta) -> str:

@@ -1,19 +1,32 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import console
+from dpmtv.cli._common import console, float_list
 
 
 @click.command(name="demo")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("demo-out"), show_default=True)
-@click.option("--quick", is_flag=True, help="Smaller run (for tests).")
-def command(out, quick):
+@click.option("--quick", is_flag=True, help="4 tasks, 1 seed, N = 256, ε = 1 only (about 20 s; for tests).")
+@click.option("--records-per-task", type=int, help="N private records per task (default 2048).")
+@click.option("--shots-per-chunk", type=int, help="Records per chunk s (default 8).")
+@click.option("--epsilons", callback=float_list, help="Comma-separated ε values (default 0.5,1,2,4,8).")
+@click.option("--seeds", type=int, help="Number of seeds (default 3).")
+def command(out, quick, records_per_task, shots_per_chunk, epsilons, seeds):
     """The paper's comparison on the packaged embedded model: zero-shot, 16-shot ICL, MTV and
     DP-MTV at ε ∈ {0.5, 1, 2, 4, 8} over its 16 tasks and 3 seeds; writes results.json,
     report.md, privacy_utility.png and an ε = 1 artifact to --out."""
-    from dpmtv.demo import run_demo
+    from dpmtv.demo import default_config, run_demo
 
-    run_demo(out, quick=quick, console=console)
+    config = default_config(quick=quick)
+    overrides = {
+        "records_per_task": records_per_task,
+        "shots_per_chunk": shots_per_chunk,
+        "epsilons": epsilons,
+        "seeds": tuple(range(seeds)) if seeds else None,
+    }
+    config = replace(config, **{key: value for key, value in overrides.items() if value is not None})
+    run_demo(out, quick=quick, console=console, config=config)
