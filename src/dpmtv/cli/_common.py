@@ -29,6 +29,26 @@ class DpmtvGroup(click.Group):
             raise DpmtvCommandError(str(exc)) from exc
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def model_options(function):
+    """``--model``, ``--dtype`` and ``--device``: shared by every command that loads a model."""
+    function = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")(
+        function
+    )
+    function = click.option(
+        "--dtype", default="float32", show_default=True, type=click.Choice(DTYPES), help="Weights dtype."
+    )(function)
+    return click.option(
+        "--model",
+        "model_path",
+        default="embedded",
+        show_default=True,
+        help="Local checkpoint folder, hub id, or 'embedded' (the packaged model).",
+    )(function)
+
+
 def float_list(ctx, param, value: str | None) -> tuple[float, ...] | None:
     """Click callback: '1.5' or '1,2,3' → a tuple of floats."""
     if value is None:

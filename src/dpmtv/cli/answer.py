@@ -5,12 +5,12 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import console
+from dpmtv.cli._common import console, model_options
 from dpmtv.errors import ParameterError
 
 
 @click.command(name="answer")
-@click.option("--model", "model_path", default="embedded", show_default=True)
+@model_options
 @click.option(
     "--vector",
     "vector_path",
@@ -32,10 +32,6 @@ from dpmtv.errors import ParameterError
     "--prefill-only", is_flag=True, help="Patch only the prompt's last position, not each generated token."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
-@click.option(
-    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
-)
-@click.option("--device", default="cpu", show_default=True)
 def command(
     model_path,
     vector_path,

@@ -5,19 +5,13 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import err_console, float_list, print_vector_summary
+from dpmtv.cli._common import err_console, float_list, model_options, print_vector_summary
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
 
 
 @click.command(name="build")
-@click.option(
-    "--model",
-    "model_path",
-    default="embedded",
-    show_default=True,
-    help="Local checkpoint folder, hub id, or 'embedded'.",
-)
+@model_options
 @click.option(
     "--data",
     "data_path",
@@ -150,10 +144,6 @@ from dpmtv.errors import ParameterError
     is_flag=True,
     help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
 )
-@click.option(
-    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
-)
-@click.option("--device", default="cpu", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,

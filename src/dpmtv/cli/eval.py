@@ -4,18 +4,12 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import console, err_console, float_list
+from dpmtv.cli._common import console, err_console, float_list, model_options
 from dpmtv.errors import ParameterError
 
 
 @click.command(name="eval")
-@click.option(
-    "--model",
-    "model_path",
-    default="embedded",
-    show_default=True,
-    help="Checkpoint folder, hub id, or 'embedded'.",
-)
+@model_options
 @click.option(
     "--benchmark", help="vizwiz, ok-vqa, flowers102, cub-200, dtd, vqa-rad, slake, pathvqa, embedded[:TASK]."
 )
@@ -89,10 +83,6 @@ from dpmtv.errors import ParameterError
     "--non-private", is_flag=True, help="Allow the NON-PRIVATE baselines (mtv, icl:K; ε = ∞, labelled)."
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
-@click.option(
-    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
-)
-@click.option("--device", default="cpu", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def command(**options):
     """Evaluate methods side by side: accuracy with CIs, privacy-utility and queries plots (SPEC §9)."""

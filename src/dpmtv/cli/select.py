@@ -7,17 +7,11 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import console
+from dpmtv.cli._common import console, model_options
 
 
 @click.command(name="select")
-@click.option(
-    "--model",
-    "model_path",
-    default="embedded",
-    show_default=True,
-    help="Local checkpoint folder, hub id, or 'embedded'.",
-)
+@model_options
 @click.option(
     "--public-data",
     "data_path",
@@ -73,10 +67,6 @@ from dpmtv.cli._common import console
 )
 @click.option("--query-question", default="What is the answer?", show_default=True)
 @click.option("--batch-size", type=int, default=4, show_default=True)
-@click.option(
-    "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"])
-)
-@click.option("--device", default="cpu", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,
