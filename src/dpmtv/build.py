@@ -20,15 +20,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import dp_accounting
 import numpy as np
 
+from dpmtv._build_metadata import artifact_metadata
 from dpmtv._progress import progress_bar
-from dpmtv._version import __version__
 from dpmtv.chunks import (
     ChunkPrompts,
     chunk_prompt,
@@ -40,14 +38,12 @@ from dpmtv.data.records import Record, load_records
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches, mean_selected_heads
 from dpmtv.heads import HeadSet, parse_head_spec
-from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import (
     ClippedSumAccumulator,
     NeighbouringRelation,
     Partition,
     clip_l2_per_layer,
-    event_to_json,
     l2_sensitivity,
     make_sampler,
     parse_l2_clip_norms,
@@ -63,7 +59,7 @@ from dpmtv.privacy.release import (
 )
 from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
 from dpmtv.prompts import Example, Prompt, blank_image
-from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector, save_task_vector
+from dpmtv.vector import TaskVector, save_task_vector
 
 __all__ = [
     "BuildResult",
@@ -75,10 +71,6 @@ __all__ = [
 ]
 
 DEFAULT_QUERY_QUESTION = "What is the answer?"
-ACCOUNTANT_DESCRIPTION = (
-    "dp_accounting PLDAccountant(ADD_OR_REMOVE_ONE) over unit-sensitivity events "
-    "(noise_multiplier = noise_std / l2_sensitivity)"
-)
 
 
 @dataclass(frozen=True)
@@ -195,7 +187,7 @@ def build_task_vector(
     vector = TaskVector(
         heads=heads,
         values=(values + reference_rows).astype(np.float32),
-        metadata=_metadata(
+        metadata=artifact_metadata(
             loaded,
             heads,
             settings,
@@ -375,50 +367,3 @@ def _layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
 def _per_head_rows(per_layer: dict[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
     """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
     return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
-
-
-def _metadata(
-    loaded, heads, settings, plan, clip_norms, partition, num_records, relation, head_selection
-) -> ArtifactMetadata:
-    replace_one = relation is NeighbouringRelation.REPLACE_ONE
-    privacy = PrivacyMetadata(
-        private=plan.private,
-        epsilon=plan.epsilon,
-        delta=plan.delta,
-        epsilon_spent=plan.epsilon_spent,
-        neighbouring_relation=relation.value,
-        privacy_unit=settings.privacy_unit,
-        l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
-        l2_sensitivity=plan.l2_sensitivity,
-        noise_std=plan.noise_std,
-        noise_std_analytic=plan.noise_std_analytic if plan.private else None,
-        noise_std_sampler_map=plan.noise_std_sampler_map,
-        noise_multiplier=plan.noise_multiplier,
-        noise_sampler=plan.sampler,
-        secure_noise=plan.sampler_secure,
-        insecure_seed=settings.insecure_seed,
-        num_chunks=partition.num_chunks,
-        shots_per_chunk=settings.shots_per_chunk,
-        num_records=num_records if replace_one else None,
-        num_unused_records=partition.num_unused if replace_one else None,
-        accountant=ACCOUNTANT_DESCRIPTION,
-        accounting_events=event_to_json(plan.event),
-    )
-    return ArtifactMetadata(
-        library_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        model=model_identity(loaded.adapter, loaded.name_or_path),
-        heads=heads.to_json(),
-        head_selection=head_selection,
-        prompt=_prompt_metadata(settings),
-        privacy=privacy,
-    )
-
-
-def _prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
-    return {
-        "query": settings.query if settings.query in ("record", "blank") else "public-image",
-        "query_question": settings.query_question if settings.query != "record" else None,
-        "center": settings.center if settings.center in ("none", "blank") else "public-records",
-        "format": "chat-template",
-    }
