@@ -227,6 +227,9 @@ def main() -> None:
         "heads": heads.to_json(),
         "l2_clip_norm": [clip[layer] for layer in heads.layers],
         "shots_per_chunk": SHOTS,
+        # One-word answers then <eos>: patching the decode steps too makes the model repeat the
+        # answer, so inference patches the prompt only.
+        "patch_mode": "prefill-only",
         "selection": {
             "method": f"greedy forward selection; prefixes vs layer blocks, scored at ε=1 ({winner} won)",
             "data": "public: generated from a seed disjoint from every experiment seed",

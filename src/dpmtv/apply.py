@@ -18,11 +18,12 @@ from dpmtv.vector import TaskVector
 
 @contextmanager
 def apply(
-    model: LoadedModel | ModelAdapter, vector: TaskVector, *, mode: PatchMode | str = PatchMode.EVERY_CALL
+    model: LoadedModel | ModelAdapter, vector: TaskVector, *, mode: PatchMode | str | None = None
 ) -> Iterator[ModelAdapter]:
     """Overwrite the vector's heads at the last position of every forward call inside the block.
 
-    Refuses a model whose identity differs from the one the vector was built for. Hooks are
+    ``mode=None`` takes the checkpoint's recommended mode (``LoadedModel.patch_mode``), else
+    every-call. Refuses a model whose identity differs from the one the vector was built for. Hooks are
     removed on exit, also when the block raises.
     """
     adapter = model.adapter if isinstance(model, LoadedModel) else model
@@ -32,6 +33,8 @@ def apply(
         else vector.metadata.model.get("name_or_path", "")
     )
     vector.check_model(model_identity(adapter, name))
+    if mode is None:
+        mode = model.patch_mode if isinstance(model, LoadedModel) else PatchMode.EVERY_CALL
     with overwrite_heads(adapter, vector.patches(), mode=PatchMode(mode)):
         yield adapter
 
@@ -43,7 +46,7 @@ def answer_queries(
     vector: TaskVector | None = None,
     max_new_tokens: int = 16,
     batch_size: int = 8,
-    mode: PatchMode | str = PatchMode.EVERY_CALL,
+    mode: PatchMode | str | None = None,
 ) -> list[str]:
     """Greedy zero-shot answers, with the vector applied when one is given."""
     answers: list[str] = []

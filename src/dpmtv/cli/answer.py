@@ -29,7 +29,13 @@ from dpmtv.errors import ParameterError
 @click.option("--max-new-tokens", type=int, default=16, show_default=True)
 @click.option("--batch-size", type=int, default=8, show_default=True)
 @click.option(
-    "--prefill-only", is_flag=True, help="Patch only the prompt's last position, not each generated token."
+    "--patch-mode",
+    type=click.Choice(["auto", "every-call", "prefill-only"]),
+    default="auto",
+    show_default=True,
+    help="every-call: overwrite at the prompt's last position and at each generated token (MTV); "
+    "prefill-only: the prompt only; auto: the checkpoint's recommendation (dpmtv_defaults.json), "
+    "else every-call.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 def command(
@@ -40,7 +46,7 @@ def command(
     queries,
     max_new_tokens,
     batch_size,
-    prefill_only,
+    patch_mode,
     as_json,
     dtype,
     device,
@@ -53,7 +59,7 @@ def command(
     examples, ids = _query_examples(images, question, queries)
     vector = load_task_vector(vector_path) if vector_path else None
     loaded = load_model(model_path, dtype=dtype, device=device)
-    mode = "prefill-only" if prefill_only else "every-call"
+    mode = None if patch_mode == "auto" else patch_mode
     answers = answer_queries(
         loaded, examples, vector=vector, max_new_tokens=max_new_tokens, batch_size=batch_size, mode=mode
     )

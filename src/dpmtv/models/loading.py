@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,22 @@ from dpmtv.models.registry import adapter_for
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+DEFAULTS_FILE = "dpmtv_defaults.json"  # optional, public: a checkpoint's shipped dpmtv settings
+
+
 @dataclass
 class LoadedModel:
     model: nn.Module
     processor: Any
     adapter: ModelAdapter
     name_or_path: str
+    defaults: dict = field(default_factory=dict)  # the checkpoint's dpmtv_defaults.json, if any
+
+    @property
+    def patch_mode(self) -> str:
+        """How to patch at inference unless told otherwise: the checkpoint's recommendation, else
+        MTV's every-call mode."""
+        return self.defaults.get("patch_mode", "every-call")
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -55,4 +66,9 @@ def load_model(name_or_path: str | Path, *, dtype: str = "float32", device: str 
     processor = adapter_cls.load_processor(path)
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=parse_dtype(dtype))
     model = model.to(device).eval()
-    return LoadedModel(model, processor, adapter_cls(model, processor), path)
+    return LoadedModel(model, processor, adapter_cls(model, processor), path, _read_defaults(path))
+
+
+def _read_defaults(path: str) -> dict:
+    file = Path(path) / DEFAULTS_FILE
+    return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
