@@ -1,14 +1,15 @@
-"""Select the embedded model's default head set and clip norms on PUBLIC data (no privacy cost).
+"""Select the embedded model's default head sets and clip norms on PUBLIC data (no privacy cost).
 
-One head set for the whole task suite: greedy forward selection (add the head whose patching most
-raises the mean log-probability of the correct first answer token over all tasks' public dev
-queries, each task patched with its own public mean), then the greedy prefixes compete with
-blocks of whole layers and all heads on a separate public validation set. Candidates are scored
-as they will be used: the public mean, clipped and noised as DP-MTV at ε = 1 would be for the
-demo's configuration (N = 2048, s = 8), averaged over a few noise draws — fewer heads mean less
-noise per coordinate, so the noiseless winner is not always the private one. Both scores are
-recorded. The per-layer L2 clip norm is the median norm of the selected heads' public chunk
-vectors.
+Run once over the whole task suite (the shared default set) and once per task (the public
+variant with the downstream task's own public data). Each run: greedy forward selection (add the
+head whose patching most raises the mean log-probability of the correct first answer token over
+the tasks' public dev queries, each task patched with its own public mean); then the greedy
+prefixes compete with blocks of whole layers and all heads on a separate public validation set.
+Candidates are scored as they will be used: the public mean, clipped and noised as DP-MTV at
+ε = 1 would be for the demo's configuration (N = 2048, s = 8), averaged over a few noise draws —
+fewer heads mean less noise per coordinate, so the noiseless winner is not always the private
+one. Both scores are recorded. The per-layer L2 clip norm is the median norm of the selected
+heads' public chunk vectors.
 
 Writes ``dpmtv_defaults.json`` into the checkpoint folder; it ships with the model.
 Usage: python scripts/select_embedded_heads.py [--checkpoint DIR] [--seed 1000003]
@@ -120,7 +121,6 @@ def greedy(adapter, means, dev) -> tuple[list[tuple[int, int]], list[float]]:
             break
         chosen.append(pool[best])
         trace.append(float(scores[best]))
-        print(f"greedy: +{pool[best]} -> mean log-prob {scores[best]:.4f}", flush=True)
     return chosen, trace
 
 
@@ -177,6 +177,47 @@ def validation_accuracy(adapter, means, val, pairs) -> float:
     return float(np.mean(accuracies))
 
 
+def select(adapter, rows, dev, val, rng) -> dict:
+    """Greedy on ``dev``, then greedy prefixes and layer blocks scored on ``val`` at ε = 1."""
+    geometry = adapter.geometry
+    means = {name: r.mean(0) for name, r in rows.items()}  # (L, H, d)
+    greedy_heads, trace = greedy(adapter, means, dev)
+    candidates = {f"greedy-{k}": greedy_heads[:k] for k in PREFIXES if k < len(greedy_heads)}
+    if greedy_heads:
+        candidates[f"greedy-{len(greedy_heads)}"] = greedy_heads
+    for width in range(1, geometry.num_layers + 1):
+        for first in range(geometry.num_layers - width + 1):
+            name = "all" if width == geometry.num_layers else f"layers:{first}-{first + width - 1}"
+            candidates[name] = [
+                (layer, h) for layer in range(first, first + width) for h in range(geometry.num_heads)
+            ]
+    noiseless, private = {}, {}
+    for name, pairs in candidates.items():
+        heads = HeadSet.of(pairs)
+        noiseless[name] = validation_accuracy(adapter, means, val, pairs)
+        draws = [
+            validation_accuracy(adapter, noisy_means(rows, heads, rng), val, pairs)
+            for _ in range(NOISE_DRAWS)
+        ]
+        private[name] = float(np.mean(draws))
+    winner = max(private, key=private.get)
+    heads = HeadSet.of(candidates[winner])
+    clip = clip_norms_for(rows, heads)
+    print(f"{'/'.join(rows)[:40]}: {winner} ({len(heads)} heads), ε=1 {private[winner]:.3f}", flush=True)
+    report = {
+        "winner": winner,
+        "greedy_heads": [list(p) for p in greedy_heads],
+        "greedy_mean_logprob": trace,
+        "validation_accuracy_noiseless": noiseless,
+        "validation_accuracy_at_eps1": private,
+    }
+    return {
+        "heads": heads.to_json(),
+        "l2_clip_norm": [clip[layer] for layer in heads.layers],
+        "report": report,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", type=Path, default=checkpoint_path())
@@ -185,71 +226,50 @@ def main() -> None:
     torch.manual_seed(0)
     started = time.time()
     loaded = load_model(args.checkpoint)
-    adapter, geometry = loaded.adapter, loaded.adapter.geometry
+    adapter = loaded.adapter
     tasks = task_suite()
     rows = {
         t.name: public_chunk_rows(adapter, t, args.seed) for t in track(tasks, description="public means")
     }
-    means = {name: r.mean(0) for name, r in rows.items()}  # (L, H, d)
     dev = {t.name: task_records(t, DEV_QUERIES, seed=args.seed, split="public-dev") for t in tasks}
     val = {t.name: task_records(t, VAL_QUERIES, seed=args.seed, split="public-val") for t in tasks}
-    greedy_heads, trace = greedy(adapter, means, dev)
-    candidates = {f"greedy-{k}": greedy_heads[:k] for k in PREFIXES if k < len(greedy_heads)}
-    candidates[f"greedy-{len(greedy_heads)}"] = greedy_heads
-    for width in range(1, geometry.num_layers + 1):
-        for first in range(geometry.num_layers - width + 1):
-            name = "all" if width == geometry.num_layers else f"layers:{first}-{first + width - 1}"
-            candidates[name] = [
-                (layer, h) for layer in range(first, first + width) for h in range(geometry.num_heads)
-            ]
     rng = np.random.default_rng(args.seed)
-    noiseless, private = {}, {}
-    for name, pairs in track(candidates.items(), description="candidates"):
-        noiseless[name] = validation_accuracy(adapter, means, val, pairs)
-        heads = HeadSet.of(pairs)
-        private[name] = float(
-            np.mean(
-                [
-                    validation_accuracy(adapter, noisy_means(rows, heads, rng), val, pairs)
-                    for _ in range(NOISE_DRAWS)
-                ]
-            )
-        )
-    for name in sorted(candidates, key=lambda n: -private[n]):
-        print(
-            f"candidate {name:12} public validation accuracy: noiseless {noiseless[name]:.3f}, "
-            f"at ε=1 {private[name]:.3f}"
-        )
-    winner = max(private, key=private.get)
-    heads = HeadSet.of(candidates[winner])
-    clip = clip_norms_for(rows, heads)
+    shared = select(adapter, {n: rows[n] for n in rows}, dev, val, rng)
+    per_task = {}
+    for task in track(tasks, description="per-task selection"):
+        name = task.name
+        per_task[name] = select(adapter, {name: rows[name]}, {name: dev[name]}, {name: val[name]}, rng)
     defaults = {
-        "heads": heads.to_json(),
-        "l2_clip_norm": [clip[layer] for layer in heads.layers],
+        "heads": shared["heads"],
+        "l2_clip_norm": shared["l2_clip_norm"],
+        "per_task": {name: {k: r[k] for k in ("heads", "l2_clip_norm")} for name, r in per_task.items()},
         "shots_per_chunk": SHOTS,
         # One-word answers then <eos>: patching the decode steps too makes the model repeat the
         # answer, so inference patches the prompt only.
         "patch_mode": "prefill-only",
         "selection": {
-            "method": f"greedy forward selection; prefixes vs layer blocks, scored at ε=1 ({winner} won)",
+            "method": "greedy forward selection; prefixes vs layer blocks, scored at ε=1; once over all "
+            "tasks (the shared 'heads') and once per task ('per_task')",
             "data": "public: generated from a seed disjoint from every experiment seed",
             "public_seed": args.seed,
             "public_chunks_per_task": PUBLIC_CHUNKS,
             "dev_queries_per_task": DEV_QUERIES,
             "val_queries_per_task": VAL_QUERIES,
-            "greedy_heads": [list(p) for p in greedy_heads],
-            "greedy_mean_logprob": trace,
-            "validation_accuracy_noiseless": noiseless,
-            "validation_accuracy_at_eps1": private,
             "noise_draws": NOISE_DRAWS,
             "clip_norm": "median L2 norm of the selected heads' public chunk vectors, per layer",
+            "shared": shared["report"],
+            "per_task": {name: r["report"] for name, r in per_task.items()},
             "seconds": round(time.time() - started, 1),
             "command": "python scripts/select_embedded_heads.py",
         },
     }
     out = args.checkpoint / "dpmtv_defaults.json"
     out.write_text(json.dumps(defaults, indent=2) + "\n")
-    print(f"winner {winner}: {len(heads)} heads in layers {heads.layers}; clip norms {clip}; wrote {out}")
+    print(
+        f"shared: {shared['report']['winner']}; per task: "
+        + ", ".join(f"{n} {r['report']['winner']}" for n, r in per_task.items())
+        + f"; wrote {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ class DemoConfig:
     test_queries: int = 64
     icl_shots: int = 16
     batch_size: int = 64
+    shared_heads: bool = False  # True: one head set for all tasks; False: each task's public selection
 
 
 def default_config(*, quick: bool) -> DemoConfig:
@@ -89,39 +90,54 @@ def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | N
     config = config or default_config(quick=quick)
     loaded = load_model("embedded")
     defaults = load_defaults()
-    heads = HeadSet.of(map(tuple, defaults["heads"]))
-    clip_norms = dict(zip(heads.layers, defaults["l2_clip_norm"], strict=True))
     num_chunks = config.records_per_task // config.shots_per_chunk
+    sampler = make_sampler("opendp")
+    releases = {name: _release_setup(defaults, name, config, num_chunks, sampler) for name in config.tasks}
+    rows: list[dict] = []
+    steps = len(config.tasks) * len(config.seeds)
+    with progress_bar("demo: tasks × seeds", steps, enabled=True) as advance:
+        for seed in config.seeds:
+            for name in config.tasks:
+                rows += _task_rows(loaded, get_task(name), seed, config, releases[name], sampler)
+                advance(1)
+    artifact = _write_artifact(loaded, config, releases[config.tasks[0]], out)
+    summary = summarise(rows, config)
+    _write_outputs(out, rows, summary, config, releases, artifact, time.perf_counter() - started)
+    _print_summary(console, summary, config, releases, num_chunks, artifact)
+    return summary
+
+
+@dataclass(frozen=True)
+class _Release:
+    """A task's public release parameters: head set, per-layer clip norms, Δ and σ per ε."""
+
+    heads: HeadSet
+    clip_norms: dict[int, float]
+    sensitivity: float
+    plans: dict
+
+
+def _release_setup(defaults: dict, task: str, config: DemoConfig, num_chunks: int, sampler) -> _Release:
+    per_task = defaults.get("per_task", {})
+    chosen = defaults if config.shared_heads or task not in per_task else per_task[task]
+    heads = HeadSet.of(map(tuple, chosen["heads"]))
+    clip_norms = dict(zip(heads.layers, chosen["l2_clip_norm"], strict=True))
     sensitivity = l2_sensitivity(
         l2_clip_norms=list(clip_norms.values()),
         num_chunks=num_chunks,
         relation=NeighbouringRelation.REPLACE_ONE,
     )
-    sampler = make_sampler("opendp")
     plans = {
         eps: plan_gaussian_release(
             l2_sensitivity=sensitivity, epsilon=eps, delta=config.delta, sampler=sampler
         )
         for eps in config.epsilons
     }
-    rows: list[dict] = []
-    steps = len(config.tasks) * len(config.seeds)
-    with progress_bar("demo: tasks × seeds", steps, enabled=True) as advance:
-        for seed in config.seeds:
-            for name in config.tasks:
-                rows += _task_rows(loaded, get_task(name), seed, config, heads, clip_norms, plans, sampler)
-                advance(1)
-    artifact = _write_artifact(loaded, config, heads, defaults, out)
-    summary = summarise(rows, config)
-    _write_outputs(
-        out, rows, summary, config, defaults, sensitivity, plans, artifact, time.perf_counter() - started
-    )
-    _print_summary(console, summary, config, sensitivity, plans, heads, num_chunks, artifact)
-    return summary
+    return _Release(heads, clip_norms, sensitivity, plans)
 
 
-def _task_rows(loaded, task, seed, config, heads, clip_norms, plans, sampler) -> list[dict]:
-    adapter = loaded.adapter
+def _task_rows(loaded, task, seed, config, release: _Release, sampler) -> list[dict]:
+    adapter, heads = loaded.adapter, release.heads
     private = task_records(task, config.records_per_task, seed=seed, split="private")
     test = task_records(task, config.test_queries, seed=seed, split="test")
     answers = [r.answer for r in test]
@@ -154,8 +170,8 @@ def _task_rows(loaded, task, seed, config, heads, clip_norms, plans, sampler) ->
             first_token_correct(adapter, queries, answers, patches=_patches(mtv, heads, adapter)),
         )
     )
-    clipped = clip_l2_per_layer(raw, l2_clip_norms=clip_norms)
-    for epsilon, plan in plans.items():
+    clipped = clip_l2_per_layer(raw, l2_clip_norms=release.clip_norms)
+    for epsilon, plan in release.plans.items():
         accumulator = ClippedSumAccumulator({layer: v.shape[1] for layer, v in clipped.items()})
         accumulator.add(clipped)
         noised = add_gaussian_noise(
@@ -191,22 +207,21 @@ def _patches(per_layer, heads: HeadSet, adapter) -> dict[int, LayerPatch]:
     }
 
 
-def _write_artifact(loaded, config: DemoConfig, heads, defaults, out: Path) -> Path:
+def _write_artifact(loaded, config: DemoConfig, release: _Release, out: Path) -> Path:
     """The ε = 1 release of one task through the real pipeline (secure noise, atomic write)."""
     task = get_task(config.tasks[0])
     settings = BuildSettings(
         epsilon=1.0,
         delta=config.delta,
-        l2_clip_norm=tuple(defaults["l2_clip_norm"]),
+        l2_clip_norm=tuple(release.clip_norms.values()),
         shots_per_chunk=config.shots_per_chunk,
         batch_size=config.batch_size,
         progress=False,
-        head_selection={"method": "shipped with the embedded model", **defaults["selection"]},
+        head_selection={"method": "public selection shipped with the embedded model", "task": task.name},
     )
     records = task_records(task, config.records_per_task, seed=config.seeds[0], split="private")
-    return build_task_vector(
-        loaded, records, heads, settings, out=out / f"task_{task.name}_eps1.safetensors"
-    ).path
+    path = out / f"task_{task.name}_eps1.safetensors"
+    return build_task_vector(loaded, records, release.heads, settings, out=path).path
 
 
 def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
@@ -251,14 +266,19 @@ def gain_kept(summary, epsilon: float = 1.0) -> dict[str, float]:
     return {"of_icl_gain": (dp - zero) / (icl - zero), "of_mtv_gain": (dp - zero) / (mtv - zero)}
 
 
-def _write_outputs(out, rows, summary, config, defaults, sensitivity, plans, artifact, seconds) -> None:
+def _write_outputs(out, rows, summary, config, releases, artifact, seconds) -> None:
     (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     meta = {
         "config": asdict(config),
-        "heads": defaults["heads"],
-        "l2_clip_norm": defaults["l2_clip_norm"],
-        "l2_sensitivity": sensitivity,
-        "noise_std": {str(e): p.noise_std for e, p in plans.items()},
+        "releases": {
+            task: {
+                "heads": r.heads.to_json(),
+                "l2_clip_norm": list(r.clip_norms.values()),
+                "l2_sensitivity": r.sensitivity,
+                "noise_std": {str(e): p.noise_std for e, p in r.plans.items()},
+            }
+            for task, r in releases.items()
+        },
         "summary": summary,
         "seconds": round(seconds, 1),
         "artifact": str(artifact),
@@ -285,6 +305,8 @@ def command_line(config: DemoConfig) -> str:
         parts.append("--epsilons " + ",".join(f"{e:g}" for e in config.epsilons))
     if config.seeds != full.seeds:
         parts.append(f"--seeds {len(config.seeds)}")
+    if config.shared_heads:
+        parts.append("--shared-heads")
     return " ".join(parts)
 
 
@@ -315,9 +337,13 @@ def _markdown(summary, config, meta) -> str:
         ]
     lines += [
         "",
-        f"Heads: {len(meta['heads'])} (public selection shipped with the model); "
-        f"L2 sensitivity Δ = {meta['l2_sensitivity']:.4g}; σ per ε: "
-        + ", ".join(f"{e}: {s:.4g}" for e, s in meta["noise_std"].items()),
+        "Heads: "
+        + ("one shared set" if config.shared_heads else "each task's public selection")
+        + " (selected on public data when the model was trained, shipped with it); per task: "
+        + "; ".join(
+            f"{task} {len(r['heads'])} heads, Δ = {r['l2_sensitivity']:.3g}"
+            for task, r in meta["releases"].items()
+        ),
         "",
         f"Wall time {meta['seconds']} s. Command: `{meta['command']}`.",
         "",
@@ -357,7 +383,7 @@ def _plot(summary, path: Path) -> None:
     plt.close(fig)
 
 
-def _print_summary(console, summary, config, sensitivity, plans, heads, num_chunks, artifact) -> None:
+def _print_summary(console, summary, config, releases, num_chunks, artifact) -> None:
     table = Table(title=f"dpmtv demo — embedded model, {len(config.tasks)} tasks × {len(config.seeds)} seeds")
     for column in ("method", "ε", "accuracy (± 95% CI)"):
         table.add_column(column)
@@ -375,18 +401,22 @@ def _print_summary(console, summary, config, sensitivity, plans, heads, num_chun
             f"DP-MTV at ε = 1 keeps {g['of_icl_gain']:.0%} of the ICL gain over zero-shot "
             f"({g['of_mtv_gain']:.0%} of MTV's)."
         )
+    first = releases[config.tasks[0]]
+    plan = first.plans.get(1.0) or next(iter(first.plans.values()))
+    sizes = sorted({len(r.heads) for r in releases.values()})
     console.print(
-        f"{len(heads)} heads in layers {heads.layers} released; Δ = {sensitivity:.4g}; "
-        f"σ at ε = 1: {plans.get(1.0, next(iter(plans.values()))).noise_std:.4g}. ε = 1 artifact: {artifact}"
+        f"Heads per task: {sizes[0]}–{sizes[-1]} "
+        f"({'shared set' if config.shared_heads else 'per-task public selection'}); for {config.tasks[0]}: "
+        f"{len(first.heads)} heads in layers {first.heads.layers}, Δ = {first.sensitivity:.4g}, "
+        f"σ at ε = {plan.epsilon:g}: {plan.noise_std:.4g}. ε = 1 artifact: {artifact}"
     )
-    plan = plans.get(1.0) or next(iter(plans.values()))
     console.print(
         PRIVACY_STATEMENT.format(
             epsilon=plan.epsilon,
             delta=config.delta,
             num_records=config.records_per_task,
             num_chunks=num_chunks,
-            sensitivity=sensitivity,
+            sensitivity=first.sensitivity,
             noise_std=plan.noise_std,
         )
     )

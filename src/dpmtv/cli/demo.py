@@ -15,7 +15,12 @@ from dpmtv.cli._common import console, float_list
 @click.option("--shots-per-chunk", type=int, help="Records per chunk s (default 8).")
 @click.option("--epsilons", callback=float_list, help="Comma-separated ε values (default 0.5,1,2,4,8).")
 @click.option("--seeds", type=int, help="Number of seeds (default 3).")
-def command(out, quick, records_per_task, shots_per_chunk, epsilons, seeds):
+@click.option(
+    "--shared-heads",
+    is_flag=True,
+    help="One head set for all tasks instead of each task's own public selection (both ship with the model).",
+)
+def command(out, quick, records_per_task, shots_per_chunk, epsilons, seeds, shared_heads):
     """The paper's comparison on the packaged embedded model: zero-shot, 16-shot ICL, MTV and
     DP-MTV at ε ∈ {0.5, 1, 2, 4, 8} over its 16 tasks and 3 seeds; writes results.json,
     report.md, privacy_utility.png and an ε = 1 artifact to --out."""
@@ -27,6 +32,7 @@ def command(out, quick, records_per_task, shots_per_chunk, epsilons, seeds):
         "shots_per_chunk": shots_per_chunk,
         "epsilons": epsilons,
         "seeds": tuple(range(seeds)) if seeds else None,
+        "shared_heads": shared_heads or None,
     }
     config = replace(config, **{key: value for key, value in overrides.items() if value is not None})
     run_demo(out, quick=quick, console=console, config=config)
