@@ -3,13 +3,28 @@
 Loaders read JSONL, CSV (same field names) and Hugging Face ``datasets`` saved on disk, and
 validate everything up front: a missing field, an unreadable or corrupt image or an empty set
 fails with one message naming the file, the record and the field.
+
+Field rules (the same for every format):
+
+* ``question`` and ``answer`` are text. An integer is taken as its decimal text (``3`` → "3");
+  booleans, non-integer numbers (and NaN) and anything else are refused, since "True" or "nan"
+  would silently become a demonstration's answer. Quote such answers in the file.
+* ``image`` is a path relative to the file, or a list of them. In a CSV cell, several images are
+  separated by ``;`` or, for paths that contain ``;``, written as a JSON list
+  (``["img/a;b.png", "img/c.png"]``).
+* CSV files may start with a byte-order mark (as spreadsheet programs save them).
+* Images larger than ``DPMTV_MAX_IMAGE_PIXELS`` (default: Pillow's, about 179 Mpx) are
+  refused as possible decompression bombs; raise the variable to accept them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +34,7 @@ from PIL import Image, UnidentifiedImageError
 
 from dpmtv.errors import RecordError
 
+MAX_IMAGE_PIXELS_VARIABLE = "DPMTV_MAX_IMAGE_PIXELS"
 ImageSource = Union[Path, bytes, Image.Image]  # noqa: UP007 (a runtime alias)
 REQUIRED_FIELDS = ("image", "question", "answer")
 
@@ -78,11 +94,18 @@ def validate_records(records: list[Record], *, source: str) -> list[Record]:
 
 
 def _from_jsonl(path: Path, require_answer: bool) -> Iterable[Record]:
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            where = f"{path}:{line_number}"
+            try:
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(
+                    f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}:{line_number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -93,13 +116,29 @@ def _from_jsonl(path: Path, require_answer: bool) -> Iterable[Record]:
 
 
 def _from_csv(path: Path, require_answer: bool) -> Iterable[Record]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        for line_number, row in enumerate(csv.DictReader(handle), start=2):
-            row = {key: value for key, value in row.items() if value not in (None, "")}
-            if "image" in row:
-                row["image"] = [part.strip() for part in row["image"].split(";") if part.strip()]
-            where = f"{path}:{line_number}"
-            yield _record_from_row(row, where, path.parent, f"line-{line_number}", require_answer)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # -sig: spreadsheets write a BOM
+            for line_number, row in enumerate(csv.DictReader(handle), start=2):
+                row = {key: value for key, value in row.items() if value not in (None, "")}
+                where = f"{path}:{line_number}"
+                if "image" in row:
+                    row["image"] = _csv_image_cell(row["image"], where)
+                yield _record_from_row(row, where, path.parent, f"line-{line_number}", require_answer)
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"'{path}': not valid UTF-8 ({exc.reason}); save the file as UTF-8") from None
+
+
+def _csv_image_cell(cell: str, where: str) -> list[str]:
+    """``a.png;b.png`` or a JSON list (for paths that contain ``;``)."""
+    if cell.lstrip().startswith("["):
+        try:
+            paths = json.loads(cell)
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"{where}: field 'image' is not a valid JSON list ({exc.msg})") from None
+        if not isinstance(paths, list) or not all(isinstance(item, str) for item in paths):
+            raise RecordError(f"{where}: field 'image' must be a JSON list of paths")
+        return paths
+    return [part.strip() for part in cell.split(";") if part.strip()]
 
 
 def _from_datasets(path: Path, require_answer: bool) -> list[Record]:
@@ -110,9 +149,11 @@ def _from_datasets(path: Path, require_answer: bool) -> list[Record]:
     except (FileNotFoundError, ValueError) as exc:
         raise RecordError(f"'{path}' is not a dataset saved with save_to_disk: {exc}") from None
     if isinstance(dataset, datasets.DatasetDict):
-        raise RecordError(
-            f"'{path}' holds several splits ({', '.join(dataset)}); point at one split's folder"
-        )
+        if len(dataset) != 1:
+            raise RecordError(
+                f"'{path}' holds {len(dataset)} splits ({', '.join(dataset)}); point at one split's folder"
+            )
+        (dataset,) = dataset.values()
     return [
         _record_from_row(dict(row), f"{path}[{index}]", path, f"row-{index}", require_answer)
         for index, row in enumerate(dataset)
@@ -127,18 +168,27 @@ def _record_from_row(
     if missing:
         raise RecordError(f"{where}: missing field '{missing[0]}'")
     row.setdefault("answer", "")
-    for name in ("question", "answer"):
-        if not isinstance(row[name], (str, int, float)):
-            raise RecordError(f"{where}: field '{name}' must be text, got {type(row[name]).__name__}")
     images = row["image"] if isinstance(row["image"], list) else [row["image"]]
     return Record(
         record_id=str(row["id"]) if row.get("id") not in (None, "") else default_id,
         images=tuple(_image_source(value, where, base) for value in images),
-        question=str(row["question"]),
-        answer=str(row["answer"]),
+        question=_text_field(row, "question", where),
+        answer=_text_field(row, "answer", where),
         user_id=None if row.get("user_id") in (None, "") else str(row["user_id"]),
         where=where,
         has_explicit_id=row.get("id") not in (None, ""),
+    )
+
+
+def _text_field(row: dict[str, Any], name: str, where: str) -> str:
+    value = row[name]
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise RecordError(
+        f"{where}: field '{name}' must be text, got {type(value).__name__} {value!r}; "
+        "write it as a quoted string"
     )
 
 
@@ -150,7 +200,10 @@ def _image_source(value: Any, where: str, base: Path) -> ImageSource:
     if isinstance(value, dict) and value.get("bytes"):  # datasets' undecoded Image feature
         return bytes(value["bytes"])
     if isinstance(value, str):
-        return (base / value).resolve()
+        try:
+            return (base / value).resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            raise RecordError(f"{where}: field 'image': path '{value}' cannot be resolved ({exc})") from None
     raise RecordError(f"{where}: field 'image' must be a path, bytes or an image, got {type(value).__name__}")
 
 
@@ -158,14 +211,41 @@ def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
     field = "image" if index == 0 else f"image[{index}]"
     if isinstance(source, Image.Image):
         return source.convert("RGB")
+    name = f"file '{source}'" if isinstance(source, Path) else "inline bytes"
     if isinstance(source, Path) and not source.exists():
         raise RecordError(f"{where}: field '{field}': file '{source}' does not exist")
     try:
-        with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+        with _pixel_limit(), Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
             return image.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise RecordError(
+            f"{where}: field '{field}': {name} is refused as a possible decompression bomb ({exc}); "
+            f"set {MAX_IMAGE_PIXELS_VARIABLE} to a larger pixel count to accept it"
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        name = f"file '{source}'" if isinstance(source, Path) else "inline bytes"
         raise RecordError(f"{where}: field '{field}': {name} is not a readable image ({exc})") from None
+
+
+@contextlib.contextmanager
+def _pixel_limit():
+    """Pillow's decompression-bomb limit, raised (or lowered) by ``DPMTV_MAX_IMAGE_PIXELS``; an
+    image over twice the limit raises, so the limit given is applied as Pillow's half-limit."""
+    value = os.environ.get(MAX_IMAGE_PIXELS_VARIABLE)
+    if value is None:
+        yield
+        return
+    try:
+        limit = int(value)
+    except ValueError:
+        raise RecordError(f"{MAX_IMAGE_PIXELS_VARIABLE}={value!r} is not a whole number of pixels") from None
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = max(1, limit // 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
