@@ -72,7 +72,9 @@ def test_a_decompression_bomb_names_the_limit_and_how_to_raise_it(tmp_path, monk
     Image.new("1", (4000, 4000)).save(tmp_path / "big.png")  # 16 Mpx, a few kB on disk
     monkeypatch.setenv("DPMTV_MAX_IMAGE_PIXELS", "1000000")
     path = _write_jsonl(tmp_path / "r.jsonl", [{"image": "big.png", "question": "q", "answer": "a"}])
-    with pytest.raises(RecordError, match=r"r\.jsonl:1: field 'image'.*16000000 pixels.*DPMTV_MAX_IMAGE_PIXELS"):
+    with pytest.raises(
+        RecordError, match=r"r\.jsonl:1: field 'image'.*16000000 pixels.*DPMTV_MAX_IMAGE_PIXELS"
+    ):
         load_records(path)
 
 
@@ -82,7 +84,11 @@ def test_a_datasets_dict_with_one_split_is_used(tmp_path):
     split = datasets.Dataset.from_dict(
         {"image": [image], "question": ["q"], "answer": ["a"]},
         features=datasets.Features(
-            {"image": datasets.Image(), "question": datasets.Value("string"), "answer": datasets.Value("string")}
+            {
+                "image": datasets.Image(),
+                "question": datasets.Value("string"),
+                "answer": datasets.Value("string"),
+            }
         ),
     )
     datasets.DatasetDict({"train": split}).save_to_disk(str(tmp_path / "ds"))
