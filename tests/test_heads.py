@@ -38,7 +38,7 @@ def test_file_of_pairs_and_selection_json(tmp_path):
         ("layers:4", "layer 4 does not exist"),
         ("heads:1.3", "head 3 of layer 1 does not exist"),
         ("heads:x", "is not layer.head"),
-        ("layers:a-b", "not a list of layer numbers"),
+        ("layers:a-b", "is not a layer number or range"),
         ("bogus", "is not understood"),
     ],
 )
@@ -50,3 +50,32 @@ def test_unknown_heads_are_named(spec, message):
 def test_empty_head_set_is_refused():
     with pytest.raises(HeadSpecError, match="empty"):
         HeadSet.of([])
+
+
+def test_a_huge_layer_range_is_refused_before_any_pair_is_made(monkeypatch):
+    made = []
+    original = HeadSet.of.__func__
+
+    def counting(cls, pairs):
+        pairs = list(pairs)
+        made.append(len(pairs))
+        return original(cls, pairs)
+
+    monkeypatch.setattr(HeadSet, "of", classmethod(counting))
+    with pytest.raises(HeadSpecError, match=r"layer 100000000 does not exist: the model has layers 0\.\.3"):
+        parse_head_spec("layers:0-100000000", GEOMETRY)
+    assert made == []
+
+
+def test_a_reversed_layer_range_is_refused():
+    with pytest.raises(HeadSpecError, match=r"'3-1' is an empty range"):
+        parse_head_spec("layers:3-1", GEOMETRY)
+
+
+@pytest.mark.parametrize("content", ['[[0, "a"]]', "[[0, 1.5]]", "[[true, 1]]", '{"heads": [[0, null]]}'])
+def test_a_head_file_with_a_non_integer_names_the_entry(tmp_path, content):
+    path = tmp_path / "heads.json"
+    path.write_text(content)
+    message = r"head file '.*heads\.json': entry 0 .* is not a pair of integers"
+    with pytest.raises(HeadSpecError, match=message):
+        parse_head_spec(str(path), GEOMETRY)

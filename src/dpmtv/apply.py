@@ -7,6 +7,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from dpmtv.errors import ParameterError
 from dpmtv.extract import iter_batches
 from dpmtv.hooks import PatchMode, overwrite_heads
 from dpmtv.models.base import ModelAdapter
@@ -49,6 +50,8 @@ def answer_queries(
     mode: PatchMode | str | None = None,
 ) -> list[str]:
     """Greedy zero-shot answers, with the vector applied when one is given."""
+    if max_new_tokens < 1:
+        raise ParameterError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     answers: list[str] = []
     patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
     with patched:

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
 from dpmtv.models.base import ModelAdapter
@@ -28,6 +29,8 @@ def extract_selected_heads(
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:
+    if batch_size < 1:
+        raise ParameterError(f"batch_size must be >= 1, got {batch_size}")
     for start in range(0, len(prompts), batch_size):
         yield prompts[start : start + batch_size]
 

@@ -43,10 +43,7 @@ class HeadSet:
 
     def check(self, geometry: HeadGeometry) -> HeadSet:
         for layer, head in self.pairs:
-            if not 0 <= layer < geometry.num_layers:
-                raise HeadSpecError(
-                    f"layer {layer} does not exist: the model has layers 0..{geometry.num_layers - 1}"
-                )
+            _check_layer(layer, geometry)
             if not 0 <= head < geometry.num_heads:
                 raise HeadSpecError(
                     f"head {head} of layer {layer} does not exist: the model has heads "
@@ -65,10 +62,8 @@ def parse_head_spec(spec: str, geometry: HeadGeometry) -> HeadSet:
             (layer, head) for layer in range(geometry.num_layers) for head in range(geometry.num_heads)
         )
     if spec.startswith("layers:"):
-        layers = _parse_int_list(spec[len("layers:") :], spec)
-        return HeadSet.of((layer, head) for layer in layers for head in range(geometry.num_heads)).check(
-            geometry
-        )
+        layers = _parse_layer_list(spec[len("layers:") :], spec, geometry)
+        return HeadSet.of((layer, head) for layer in layers for head in range(geometry.num_heads))
     if spec.startswith("heads:"):
         return HeadSet.of(_parse_pair(item, spec) for item in spec[len("heads:") :].split(",")).check(
             geometry
@@ -82,18 +77,27 @@ def parse_head_spec(spec: str, geometry: HeadGeometry) -> HeadSet:
     )
 
 
-def _parse_int_list(text: str, spec: str) -> list[int]:
+def _parse_layer_list(text: str, spec: str, geometry: HeadGeometry) -> list[int]:
+    """Layer numbers and inclusive ranges, each bound checked against the model before any
+    range is expanded (so ``layers:0-100000000`` is refused at once)."""
     values: list[int] = []
-    try:
-        for item in text.split(","):
-            if "-" in item:
-                start, end = (int(part) for part in item.split("-", 1))
-                values.extend(range(start, end + 1))
-            else:
-                values.append(int(item))
-    except ValueError:
-        raise HeadSpecError(f"--heads '{spec}': '{text}' is not a list of layer numbers or ranges") from None
+    for item in text.split(","):
+        try:
+            start, end = (int(part) for part in item.split("-", 1)) if "-" in item else (int(item),) * 2
+        except ValueError:
+            raise HeadSpecError(f"--heads '{spec}': '{item}' is not a layer number or range A-B") from None
+        if end < start:
+            raise HeadSpecError(f"--heads '{spec}': '{item}' is an empty range; write A-B with A <= B")
+        for bound in (start, end):
+            _check_layer(bound, geometry)
+        values.extend(range(start, end + 1))
     return values
+
+
+def _check_layer(layer: int, geometry: HeadGeometry) -> None:
+    if not 0 <= layer < geometry.num_layers:
+        last = geometry.num_layers - 1
+        raise HeadSpecError(f"layer {layer} does not exist: the model has layers 0..{last}")
 
 
 def _parse_pair(item: str, spec: str) -> tuple[int, int]:
@@ -110,6 +114,16 @@ def _from_file(path: Path) -> HeadSet:
     except (OSError, json.JSONDecodeError) as exc:
         raise HeadSpecError(f"head file '{path}' is not readable JSON: {exc}") from None
     pairs = content.get("heads") if isinstance(content, dict) else content
-    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+    if not isinstance(pairs, list):
         raise HeadSpecError(f"head file '{path}' must hold a list of [layer, head] pairs")
-    return HeadSet.of((int(layer), int(head)) for layer, head in pairs)
+    for index, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(value) for value in pair)):
+            raise HeadSpecError(
+                f"head file '{path}': entry {index} ({json.dumps(pair)}) is not a pair of integers "
+                "[layer, head]"
+            )
+    return HeadSet.of((layer, head) for layer, head in pairs)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -26,8 +26,12 @@ from dpmtv.errors import ParameterError
     type=click.Path(path_type=Path),
     help="JSONL/CSV of queries (image, question; answer optional and ignored).",
 )
-@click.option("--max-new-tokens", type=int, default=16, show_default=True)
-@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option(
+    "--max-new-tokens", type=click.IntRange(min=1), default=16, show_default=True, help="Answer length cap."
+)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=8, show_default=True, help="Queries per forward pass."
+)
 @click.option(
     "--patch-mode",
     type=click.Choice(["auto", "every-call", "prefill-only"]),
