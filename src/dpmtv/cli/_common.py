@@ -2,31 +2,53 @@
 
 from __future__ import annotations
 
+import warnings
+
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpmtv.errors import DpmtvError
 
 console = Console(stderr=False)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True)  # progress, warnings and errors: stdout stays for results
+_warnings_shown: set[str] = set()
 
 
 class DpmtvCommandError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        err_console.print(f"[bold red]error:[/] {self.format_message()}", highlight=False, soft_wrap=True)
+        # escape: user text such as "[layer, head]" must not be read as rich markup
+        err_console.print(
+            f"[bold red]error:[/] {escape(self.format_message())}", highlight=False, soft_wrap=True
+        )
+
+
+def print_warning(text: str) -> None:
+    """One ``warning:`` line on stderr, each distinct text once per command."""
+    if text not in _warnings_shown:
+        _warnings_shown.add(text)
+        err_console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print_warning(str(message))
 
 
 class DpmtvGroup(click.Group):
-    """Turns the library's own errors into one clear line and exit code 2, no traceback."""
+    """Turns the library's own errors into one clear line and exit code 2, no traceback, and
+    Python warnings into ``warning:`` lines (no source line)."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except DpmtvError as exc:
-            raise DpmtvCommandError(str(exc)) from exc
+        _warnings_shown.clear()
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except DpmtvError as exc:
+                raise DpmtvCommandError(str(exc)) from exc
 
 
 DTYPES = ("float32", "bfloat16", "float16")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import err_console, float_list, model_options, print_vector_summary
+from dpmtv.cli._common import float_list, model_options, print_vector_summary, print_warning
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
 
@@ -239,7 +239,7 @@ def command(
     if charge is not None:
         charge.mark_written(str(result.path))
     for note in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {note}")
+        print_warning(note)
     print_vector_summary(result.vector.metadata, path=result.path)
 
 
