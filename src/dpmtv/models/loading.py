@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from dpmtv.errors import ModelError
-from dpmtv.models.base import ModelAdapter
+from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.registry import adapter_for
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -49,6 +49,18 @@ def resolve_model_path(name_or_path: str | Path) -> str:
 
         return str(embedded_checkpoint_path())
     return str(name_or_path)
+
+
+def read_head_geometry(name_or_path: str | Path) -> HeadGeometry:
+    """The decoder's head geometry from the checkpoint's config alone (no weights loaded)."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc
+    return adapter_for(config.model_type).head_geometry(config)
 
 
 def load_model(name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
