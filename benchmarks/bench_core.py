@@ -85,7 +85,7 @@ def peak_memory_mib(model_dir: Path, data: Path) -> dict:
 def answer_latency(model_dir: Path, data: Path, vector_path: Path, repeats: int = 7) -> dict:
     """Greedy generation of exactly ``NEW_TOKENS`` tokens for 8 queries, with vs without the vector
     (min_new_tokens pins the length, so both sides do the same work)."""
-    from dpmtv.apply import apply
+    from dpmtv.inference import apply
     from dpmtv.prompts import zero_shot
     from dpmtv.vector import load_task_vector
 

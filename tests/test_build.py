@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from dpmtv.apply import answer_queries, apply
 from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.errors import (
@@ -16,6 +15,7 @@ from dpmtv.errors import (
     RecordError,
 )
 from dpmtv.heads import parse_head_spec
+from dpmtv.inference import answer_queries, apply
 from dpmtv.privacy import epsilon_of, event_from_json
 from dpmtv.prompts import Example, zero_shot
 from dpmtv.vector import load_task_vector

@@ -11,8 +11,8 @@ from typing import Any
 from dpmtv._version import __version__
 
 _EXPORTS = {
-    "apply": "dpmtv.apply",
-    "answer_queries": "dpmtv.apply",
+    "apply": "dpmtv.inference",
+    "answer_queries": "dpmtv.inference",
     "BuildSettings": "dpmtv.build",
     "BuildResult": "dpmtv.build",
     "build_task_vector": "dpmtv.build",

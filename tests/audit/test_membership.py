@@ -176,8 +176,8 @@ def test_cached_scoring_matches_a_full_forward_and_batching(tiny_llava, tiny_rec
 
 
 def test_scoring_with_a_vector_is_what_apply_gives(tiny_llava, tiny_records):
-    from dpmtv.apply import apply
     from dpmtv.build import build_task_vector
+    from dpmtv.inference import apply
 
     members, _ = tiny_records
     heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)

@@ -11,7 +11,7 @@ same attack against
   the prompt as demonstrations — the non-private way to use them;
 - ``dp-mtv``: the model with a DP-MTV task vector built from the same members
   (:func:`dpmtv.build.build_task_vector` with the given :class:`~dpmtv.build.BuildSettings`),
-  queried zero-shot through :func:`dpmtv.apply.apply` (the hooks a deployment uses);
+  queried zero-shot through :func:`dpmtv.inference.apply` (the hooks a deployment uses);
 - ``zero-shot``: the bare model, which never saw any member — the chance reference (its AUC
   differs from 0.5 only by sampling noise, which shows how large that noise is);
 - ``mtv`` (optional, NON-PRIVATE control): the same build without noise. It separates what the
@@ -38,7 +38,7 @@ zero-shot reference cannot know.
 
 With a vector, the answer's tokens are scored as generation would produce them: the prompt is
 run once (the vector patches its last position), then each answer token is fed with the KV cache
-and patched in turn (in every-call mode) — exactly what :func:`dpmtv.apply.apply`, in its default
+and patched in turn (in every-call mode) — exactly what :func:`dpmtv.inference.apply`, in its default
 mode for the checkpoint, does while decoding.
 
 Designing records whose membership matters
@@ -425,10 +425,10 @@ def answer_log_probs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per prompt: ``log p(answer)`` summed over the answer's tokens (teacher forcing), and
     whether greedy decoding would produce exactly those tokens. With ``vector`` the model is
-    patched through :func:`dpmtv.apply.apply` in ``mode`` (None: apply's default, the deployed
+    patched through :func:`dpmtv.inference.apply` in ``mode`` (None: apply's default, the deployed
     behaviour): the prompt's last position at prefill, then (``every-call``) each fed answer
     token, exactly as while generating — the answer runs through the KV cache step by step."""
-    from dpmtv.apply import apply
+    from dpmtv.inference import apply
 
     if len(prompts) != len(answers):
         raise ParameterError(f"{len(prompts)} prompts but {len(answers)} answers")

@@ -56,7 +56,7 @@ def command(
     device,
 ):
     """Answer zero-shot queries with a task vector applied (no further privacy cost)."""
-    from dpmtv.apply import answer_queries
+    from dpmtv.inference import answer_queries
     from dpmtv.models.loading import load_model
     from dpmtv.vector import load_task_vector
 

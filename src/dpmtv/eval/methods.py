@@ -8,7 +8,7 @@ method         what it does                                        privacy
                cut to what the context holds (reported)
 ``mtv``        task vector built without noise                     NON-PRIVATE (ε = ∞)
 ``dp-mtv``     :func:`dpmtv.build.build_task_vector` at ε, then    (ε, δ) for any number of
-               :func:`dpmtv.apply.answer_queries`                  queries
+               :func:`dpmtv.inference.answer_queries`                  queries
 ``dp-icl:S``   per query, one answer per disjoint S-demonstration  (ε, δ) in total over the
                chunk, noisy-argmax vote (:mod:`dpmtv.eval.dp_icl`)  Q answered queries
 =============  ==================================================  =========================
@@ -167,7 +167,7 @@ class MethodOutput:
 
 
 def run_zero_shot(ctx: MethodContext) -> MethodOutput:
-    from dpmtv.apply import answer_queries
+    from dpmtv.inference import answer_queries
 
     s = ctx.settings
     answers = answer_queries(
@@ -220,8 +220,8 @@ def _task_vector_method(ctx: MethodContext, seed: int, *, epsilon: float) -> Met
 
     The build seed depends on the run seed only, so at one seed every ε shares the partition
     and the standard-normal noise direction (common random numbers across ε)."""
-    from dpmtv.apply import answer_queries
     from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.inference import answer_queries
 
     s = ctx.settings
     if ctx.heads is None:

@@ -2,11 +2,11 @@
 
 import pytest
 
-from dpmtv.apply import answer_queries
 from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import task_records
 from dpmtv.heads import HeadSet
+from dpmtv.inference import answer_queries
 from dpmtv.models.loading import load_model
 from dpmtv.prompts import Example
 
