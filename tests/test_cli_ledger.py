@@ -225,3 +225,23 @@ def test_public_data_that_is_private_is_refused_before_any_forward_pass(
     assert result.exit_code == 2, result.output
     expected = "1 private record" if kind == "query" else "3 of the 11 public records"
     assert expected in result.output and forward_calls == [] and not out.exists()
+
+
+@pytest.mark.parametrize("sampler", ["opendp", "csprng-numpy"])
+def test_summary_states_one_epsilon_and_explains_the_accounting(
+    runner, tiny_llava_path, records_file, tmp_path, sampler
+):
+    out = tmp_path / "v.safetensors"
+    args = _build(tiny_llava_path, records_file, out, "--heads", "layers:0", "--noise-sampler", sampler)
+    result = runner.invoke(main, args, terminal_width=400)
+    assert result.exit_code == 0, result.output
+    privacy = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)["privacy"]
+    text = " ".join(result.output.split())  # table cells wrap
+    assert "PLDAccountant" not in text and "ADD_OR_REMOVE_ONE" not in text
+    assert "ε spent" not in text  # one ε: the guarantee
+    assert "Δ already covers replacing one record" in text
+    lower = f"the accountant certifies ε = {privacy['epsilon_spent']:.3g} < 1"
+    if sampler == "opendp":  # OpenDP's privacy map asks for more noise than the PLD accountant
+        assert privacy["epsilon_spent"] < 0.99 and lower in text and "privacy map needed more noise" in text
+    else:
+        assert privacy["epsilon_spent"] > 0.999 and "certifies" not in text
