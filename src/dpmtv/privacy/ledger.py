@@ -579,9 +579,9 @@ def _check_same_relation(name: str, row: _DatasetRow | DatasetStatus, relation: 
 
 
 def _check_fits(name: str, row: _DatasetRow, previous: list[ChargedEvent], event: ChargedEvent) -> float:
-    before = composed_epsilon(previous, delta=row.delta)
     after = composed_epsilon([*previous, event], delta=row.delta)
     if not after <= row.epsilon:  # also refuses NaN and inf (a non-private event)
+        before = composed_epsilon(previous, delta=row.delta)  # for the message only
         raise BudgetExceededError(_refusal(name, row.epsilon, row.delta, before, after, len(previous)))
     return after
 
