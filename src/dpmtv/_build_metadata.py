@@ -11,8 +11,10 @@ from dpmtv.privacy import NeighbouringRelation, event_to_json
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
 ACCOUNTANT_DESCRIPTION = (
-    "dp_accounting PLDAccountant(ADD_OR_REMOVE_ONE) over unit-sensitivity events "
-    "(noise_multiplier = noise_std / l2_sensitivity)"
+    "dp-accounting's PLD accountant (pessimistic) over unit-sensitivity events: a Gaussian of "
+    "noise_multiplier = noise_std / l2_sensitivity, where l2_sensitivity is already the "
+    "sensitivity under this artifact's neighbouring_relation and privacy_unit, so each event "
+    "compares N(0, noise_multiplier^2) with N(1, noise_multiplier^2)"
 )
 
 

@@ -34,6 +34,7 @@ from dpmtv.chunks import (
     partition_records,
     sub_partition,
 )
+from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches, mean_selected_heads
@@ -51,6 +52,7 @@ from dpmtv.privacy import (
     seeded_rng,
     validate_epsilon_delta,
 )
+from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.release import (
     GaussianReleasePlan,
     add_gaussian_noise,
@@ -118,10 +120,10 @@ class BuildResult:
     path: Path | None
     num_unused_records: int
     warnings: tuple[str, ...]
-    charged_event: dp_accounting.DpEvent | None  # what ``before_noise`` was given
+    charged_event: ChargedEvent | None  # what ``before_noise`` was given
 
 
-BeforeNoise = Callable[[dp_accounting.DpEvent], None]
+BeforeNoise = Callable[[ChargedEvent], None]
 
 
 def build_task_vector(
@@ -136,11 +138,14 @@ def build_task_vector(
     """Build a private task vector from ``records`` and (optionally) write it to ``out``.
 
     ``heads`` is the released head set, or None with ``settings.private_selection``.
-    ``before_noise(event)`` is called once, just before the first noise draw, with the build's
-    accounting event (e.g. a ledger charge); if it raises, no noise is drawn and nothing written.
+    ``before_noise(event)`` is called once, just before the first noise draw (for a non-private
+    build, just before the release), with the build's accounting event (e.g. a ledger charge);
+    if it raises, no noise is drawn and nothing written. Its ``preview(event)``, if it has one,
+    runs right after planning, before any forward pass.
     """
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
+    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
     relation = _relation(settings)
     sampler = make_sampler(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
@@ -176,8 +181,8 @@ def build_task_vector(
     for clipped in iter_clipped_chunks(loaded, records, release_part, heads, settings, reference, clip_norms):
         accumulator.add(clipped)
     mean = accumulator.mean(num_chunks=release_part.num_chunks)
+    charge()  # a non-private build is recorded too (a ledger voids the dataset)
     if plan is not None:
-        charge()
         noised = add_gaussian_noise(mean, plan=plan, sampler=sampler)
     else:
         noised = release_without_noise(mean, allow_non_private=True, l2_sensitivity=sensitivity)
@@ -234,10 +239,17 @@ def iter_clipped_chunks(
 
 
 class _ChargeOnce:
-    """Calls ``before_noise(event)`` the first time it is called, never again."""
+    """Calls ``before_noise(event)`` the first time it is called, never again.
 
-    def __init__(self, before_noise: BeforeNoise | None, event: dp_accounting.DpEvent):
+    If ``before_noise`` has a ``preview(event)`` method (a ledger charge does), it is called at
+    once, i.e. right after planning and before any forward pass, so that a build its ledger
+    would refuse fails before its expensive part."""
+
+    def __init__(self, before_noise: BeforeNoise | None, event: ChargedEvent):
         self._before_noise, self.event, self.done = before_noise, event, False
+        preview = getattr(before_noise, "preview", None)
+        if preview is not None:
+            preview(event)
 
     def __call__(self) -> None:
         if not self.done and self._before_noise is not None:
@@ -320,13 +332,20 @@ def _plan_release(settings, sensitivity, sampler, selection_plan) -> GaussianRel
 
 def _build_event(plan: GaussianReleasePlan | None, selection_plan: PrivateSelectionPlan | None):
     """What the build costs, for the ledger. Sequential: the plan's composed event. Parallel
-    composition has no dp-accounting event; the selection and the release are charged as if
-    composed — the safe side (the guarantee itself is the larger of the two)."""
+    composition (selection and release on disjoint halves): :class:`DisjointReleases` of the
+    two, which costs the worse of them, not their composition (see :mod:`dpmtv.privacy.disjoint`)."""
     if plan is None:
         return dp_accounting.NonPrivateDpEvent()
     if selection_plan is None or selection_plan.composition == "sequential":
         return plan.event
-    return dp_accounting.ComposedDpEvent([selection_plan.event, plan.event])
+    return DisjointReleases((selection_plan.event, plan.event))
+
+
+def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
+    """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
+    center = {} if settings.center in ("none", "blank") else {"--center": settings.center}
+    query = {} if settings.query in ("record", "blank") else {"--query": settings.query}
+    return {"public_records": center, "public_images": query}
 
 
 def _select_privately(loaded, records, selection_part, settings, selection_plan):

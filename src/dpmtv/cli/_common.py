@@ -91,7 +91,7 @@ def print_vector_summary(metadata, *, path) -> None:
     )
     rows = [
         ("guarantee", guarantee),
-        ("ε spent (accountant)", f"{p.epsilon_spent:.6g}"),
+        ("accounting", accounting_in_words(p)),
         ("model", f"{metadata.model['architecture']} ({metadata.model['name_or_path']})"),
         ("heads", f"{len(metadata.heads)} heads in {len({h[0] for h in metadata.heads})} layers"),
         (
@@ -125,3 +125,28 @@ def print_vector_summary(metadata, *, path) -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+
+
+def accounting_in_words(p) -> str:
+    """How the guarantee was accounted, in words: the summary states one ε (the guarantee); this
+    says what the accountant's events compare (so nobody reads dp-accounting's relation name as
+    the build's) and, when the σ drawn is worth a lower ε, that and why."""
+    if not p.private:
+        return "none: no noise was added"
+    unit = "one user's records" if p.privacy_unit == "user" else "one record"
+    change = "replacing" if p.neighbouring_relation == "replace-one" else "adding or removing"
+    words = (
+        f"dp-accounting PLD on unit-sensitivity Gaussian events (σ/Δ = {p.noise_multiplier:.4g}); "
+        f"Δ already covers {change} {unit}"
+    )
+    if p.epsilon_spent < p.epsilon * (1 - 1e-3):
+        sampler_map = p.noise_std_sampler_map and p.noise_std_sampler_map >= p.noise_std * (1 - 1e-9)
+        why = (
+            f"the {p.noise_sampler} sampler's privacy map needed more noise"
+            if sampler_map
+            else "σ was rounded up"
+        )
+        words += (
+            f". For the σ drawn the accountant certifies ε = {p.epsilon_spent:.3g} < {p.epsilon:g}: {why}"
+        )
+    return words

@@ -1,4 +1,5 @@
-"""``dpmtv budget``: create dataset budgets and show what the ledger has charged (SPEC §4)."""
+"""``dpmtv budget``: create dataset budgets and show what the ledger has charged (see
+``docs/design.md``, "The budget ledger")."""
 
 from __future__ import annotations
 
@@ -60,14 +61,37 @@ def command() -> None:
 @click.argument("name")
 @click.option("--epsilon", type=float, required=True, help="Total ε budget of the dataset (> 0).")
 @click.option("--delta", type=float, required=True, help="δ at which all releases are composed, in (0, 1).")
+@click.option(
+    "--neighbouring-relation",
+    type=click.Choice(["replace-one", "add-remove-one"]),
+    default="replace-one",
+    show_default=True,
+    help="The relation every build charged to NAME must use (as `dpmtv build --neighbouring-relation`).",
+)
+@click.option(
+    "--privacy-unit",
+    type=click.Choice(["record", "user"]),
+    default="record",
+    show_default=True,
+    help="The privacy unit every build charged to NAME must use (as `dpmtv build --privacy-unit`).",
+)
 @ledger_option
-def init(name, epsilon, delta, ledger_path):
-    """Create dataset NAME with budget (ε, δ). Budgets cannot be changed later."""
+def init(name, epsilon, delta, neighbouring_relation, privacy_unit, ledger_path):
+    """Create dataset NAME with budget (ε, δ) under one neighbouring relation and privacy unit.
+
+    All of them are fixed: a build under another relation or unit is refused, since releases
+    under different relations do not compose into one guarantee."""
     ledger = open_ledger(ledger_path)
-    status = ledger.init_dataset(name, epsilon=epsilon, delta=delta)
+    status = ledger.init_dataset(
+        name,
+        epsilon=epsilon,
+        delta=delta,
+        neighbouring_relation=neighbouring_relation,
+        privacy_unit=privacy_unit,
+    )
     console.print(
-        f"dataset [bold]{status.name}[/]: budget ε = {status.epsilon_budget:g} at δ = {status.delta:g} "
-        f"in ledger {ledger.path}",
+        f"dataset [bold]{status.name}[/]: budget ε = {status.epsilon_budget:g} at δ = {status.delta:g}, "
+        f"{status.neighbouring_relation} per {status.privacy_unit}, in ledger {ledger.path}",
         highlight=False,
     )
 
@@ -91,11 +115,12 @@ def show(name, ledger_path, as_json):
 
 def _print_overview(statuses, path) -> None:
     table = Table(title=f"privacy budgets in {path}")
-    for column in ("dataset", "ε budget", "δ", "ε spent", "ε remaining", "charges"):
-        table.add_column(column, justify="left" if column == "dataset" else "right")
+    for column in ("dataset", "relation", "ε budget", "δ", "ε spent", "ε remaining", "charges"):
+        table.add_column(column, justify="left" if column in ("dataset", "relation") else "right")
     for s in statuses:
         table.add_row(
-            s.name,
+            s.name + (" [bold red]VOID[/]" if s.void else ""),
+            f"{s.neighbouring_relation} per {s.privacy_unit}",
             f"{s.epsilon_budget:g}",
             f"{s.delta:g}",
             f"{s.epsilon_spent:.4g}",
@@ -106,21 +131,49 @@ def _print_overview(statuses, path) -> None:
 
 
 def _print_dataset(status, path) -> None:
+    from dpmtv.privacy.disjoint import DisjointReleases
+
     summary = Table(title=f"dataset {status.name} ({path})", show_header=False)
+    if status.void:
+        summary.add_row(
+            "guarantee",
+            "[bold red]VOID[/]: a build without a privacy guarantee used this dataset "
+            "(see voids below); no ε below is a guarantee any more",
+        )
     summary.add_row("budget", f"ε = {status.epsilon_budget:g} at δ = {status.delta:g}")
+    summary.add_row("relation", f"{status.neighbouring_relation} per {status.privacy_unit}")
     summary.add_row("spent (PLD composition)", f"ε = {status.epsilon_spent:.6g}")
     summary.add_row("remaining", f"ε = {status.epsilon_headroom:.6g}")
     summary.add_row("created", status.created_at)
     console.print(summary)
     charges = Table(title="charges")
-    for column in ("#", "charged at", "ε after", "artifact", "written"):
+    for column in ("#", "charged at", "ε after", "written"):
         charges.add_column(column)
     for index, charge in enumerate(status.charges, start=1):
         charges.add_row(
             str(index),
             charge.charged_at,
-            f"{charge.epsilon_after:.4g}",
-            charge.artifact or "-",
+            f"{charge.epsilon_after:.4g}"
+            + (" (parallel)" if isinstance(charge.event, DisjointReleases) else ""),
             charge.written_at or "[yellow]not written[/]",
         )
     console.print(charges)
+    _print_artifacts("charge", status.charges)
+    if status.voids:
+        console.print("[bold red]voids[/] (builds without a privacy guarantee):")
+        for index, void in enumerate(status.voids, start=1):
+            console.print(
+                f"  void #{index} at {void.voided_at}: {void.reason}", soft_wrap=True, highlight=False
+            )
+        _print_artifacts("void", status.voids)
+
+
+def _print_artifacts(kind, entries) -> None:
+    """Full artifact paths and tensor hashes, unwrapped (to copy, or to compare with `inspect`)."""
+    for index, entry in enumerate(entries, start=1):
+        console.print(
+            f"{kind} #{index}: artifact {entry.artifact or '-'}\n"
+            f"{' ' * len(kind)}     tensors sha256 {entry.tensors_sha256 or '- (not written)'}",
+            soft_wrap=True,
+            highlight=False,
+        )

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import float_list, model_options, print_vector_summary, print_warning
+from dpmtv.cli._common import (
+    console,
+    float_list,
+    model_options,
+    print_vector_summary,
+    print_warning,
+)
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
 
@@ -107,6 +113,12 @@ from dpmtv.errors import ParameterError
 )
 @ledger_option
 @click.option(
+    "--void-budget",
+    is_flag=True,
+    help="With --non-private or --insecure-seeded-noise and --dataset: record the build in the "
+    "ledger, which marks the dataset's guarantee VOID for good (such a build has none).",
+)
+@click.option(
     "--query",
     default="record",
     show_default=True,
@@ -176,6 +188,7 @@ def command(
     max_records_per_user,
     dataset,
     ledger_path,
+    void_budget,
 ):
     """Build a private task vector from private records (SPEC §4)."""
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
@@ -188,10 +201,12 @@ def command(
         )
     if (head_spec is None) == (heads_from is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
-    if non_private and dataset is not None:
-        raise ParameterError("a --non-private build has no finite cost to charge: drop --dataset")
+    void_reason = _void_reason(non_private, insecure_seed, dataset, void_budget)
     ledger = resolve_build_ledger(ledger_path, dataset)
+    if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
+        _check_dataset(*ledger, neighbouring_relation, privacy_unit, void_reason)
     records = load_records(data_path)
+    _check_public_inputs(records, heads_from, center, query)
     loaded = load_model(model_path, dtype=dtype, device=device)
     private_selection = None
     if heads_from == "private":
@@ -234,13 +249,15 @@ def command(
         head_selection=head_selection,
         progress=not quiet,
     )
-    charge = _ledger_charge(ledger, settings, loaded, out)
+    charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
     result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
     if charge is not None:
-        charge.mark_written(str(result.path))
+        charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
     for note in result.warnings:
         print_warning(note)
     print_vector_summary(result.vector.metadata, path=result.path)
+    if charge is not None:
+        _print_charge(charge)
 
 
 def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, pool, batch_size, progress):
@@ -272,7 +289,48 @@ def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, poo
     return result.heads.check(geometry), result.to_metadata()
 
 
-def _ledger_charge(ledger, settings, loaded, out):
+def _void_reason(non_private, insecure_seed, dataset, void_budget) -> str | None:
+    """Why a build that names --dataset voids it (None: it is charged), or a refusal."""
+    reason = (
+        "a --non-private build (no noise)"
+        if non_private
+        else f"an --insecure-seeded-noise {insecure_seed} build (its noise can be regenerated)"
+        if insecure_seed is not None
+        else None
+    )
+    if void_budget and (reason is None or dataset is None):
+        raise ParameterError(
+            "--void-budget is only for a --non-private or --insecure-seeded-noise build that names --dataset"
+        )
+    if reason is not None and dataset is not None and not void_budget:
+        raise ParameterError(
+            f"{reason} has no privacy guarantee, so it cannot be charged to dataset {dataset!r}: drop "
+            f"--dataset, or add --void-budget to record it and mark the dataset's guarantee VOID for good"
+        )
+    return reason if dataset is not None else None
+
+
+def _check_dataset(book, dataset, neighbouring_relation, privacy_unit, void_reason) -> None:
+    if void_reason is not None:
+        book.status(dataset)  # it must exist
+    else:
+        book.check_dataset(dataset, neighbouring_relation=neighbouring_relation, privacy_unit=privacy_unit)
+
+
+def _check_public_inputs(records, heads_from, center, query) -> None:
+    """Public files that must not hold private records, checked before any forward pass."""
+    from dpmtv.data.overlap import check_public_inputs
+
+    public_records = {}
+    if heads_from is not None and heads_from.startswith("public:"):
+        public_records["--heads-from"] = heads_from[len("public:") :]
+    if center not in ("none", "blank"):
+        public_records["--center"] = center
+    public_images = {} if query in ("record", "blank") else {"--query": query}
+    check_public_inputs(records, public_records=public_records, public_images=public_images)
+
+
+def _ledger_charge(ledger, settings, loaded, out, void_reason):
     """The ledger callback, with the build's PUBLIC parameters only (never data)."""
     if ledger is None:
         return None
@@ -289,8 +347,42 @@ def _ledger_charge(ledger, settings, loaded, out):
         "neighbouring_relation": settings.neighbouring_relation,
         "privacy_unit": settings.privacy_unit,
         "noise_sampler": settings.noise_sampler,
+        "insecure_seed": settings.insecure_seed,
+        "non_private": settings.non_private,
         "model": loaded.name_or_path,
         "head_selection": settings.head_selection,
         "dpmtv": __version__,
     }
-    return LedgerCharge(book, dataset, parameters=parameters, artifact=str(out))
+    return LedgerCharge(
+        book,
+        dataset,
+        neighbouring_relation=settings.neighbouring_relation,
+        privacy_unit=settings.privacy_unit,
+        parameters=parameters,
+        artifact=out,
+        void_reason=void_reason,
+    )
+
+
+def _tensors_sha256(path) -> str:
+    """The hash the written artifact records (read back, so the ledger holds what is on disk)."""
+    from dpmtv.vector import load_task_vector
+
+    return load_task_vector(path).metadata.tensors_sha256
+
+
+def _print_charge(charge) -> None:
+    """The build's line in the ledger: what the dataset has spent now, or that it is void."""
+    status = charge.ledger.status(charge.dataset)
+    if status.void:
+        console.print(
+            f"[bold red]{status.name}: guarantee VOID[/] ({len(status.voids)} build(s) without a "
+            f"guarantee used it); {status.epsilon_spent:.2f} of {status.epsilon_budget:.2f} spent",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"{status.name}: {status.epsilon_spent:.2f} of {status.epsilon_budget:.2f} spent "
+            f"(ε at δ = {status.delta:g}, {len(status.charges)} charge(s), ledger {charge.ledger.path})",
+            highlight=False,
+        )

@@ -1,27 +1,39 @@
-"""The privacy-budget ledger: a SQLite file that composes every release of a dataset (SPEC §4).
+"""The privacy-budget ledger: a SQLite file that composes every release of a dataset.
 
 Model
 =====
-A *dataset* is a name chosen by the user with a budget ``(ε, δ)``. Every build that uses the
-dataset *charges* its accounting event (the build's ``GaussianReleasePlan.event``, composed with
-any selection events), and the ledger refuses a charge if the composition of ALL the dataset's
-charges, old and new, would exceed ``ε`` at the dataset's ``δ``. Composition is done by the PLD
-accountant of :mod:`dpmtv.privacy.events` (unit-sensitivity events, ADD_OR_REMOVE_ONE,
-pessimistic estimates): we write no composition theorem, and the spent ε is an upper bound.
+A *dataset* is a name chosen by the user with a budget ``(ε, δ)``, a neighbouring relation
+(``replace-one`` or ``add-remove-one``) and a privacy unit (``record`` or ``user``), all fixed at
+creation. Every build that uses the dataset *charges* its accounting event, and the ledger refuses:
+
+* a charge under another relation or unit than the dataset's: the events are normalised to
+  unit sensitivity under the build's own relation (:mod:`dpmtv.privacy.events`), so composing a
+  replace-one event with an add-remove-one event, or a per-record with a per-user one, states
+  no guarantee for either relation;
+* a charge that would make the composition of ALL the dataset's charges, old and new, exceed
+  ``ε`` at the dataset's ``δ``. Composition is done by the PLD accountant (pessimistic
+  estimates): we write no composition theorem, and the spent ε is an upper bound. A build on
+  disjoint halves (parallel composition) is charged as :class:`~dpmtv.privacy.disjoint.
+  DisjointReleases`: it costs its worse alternative, never the composition of both.
+
+A build without a guarantee (non-private, or seeded noise whose seed is in the artifact) may name
+a dataset only to VOID it: :meth:`Ledger.void_dataset` records the build, and from then on the
+dataset's status says its guarantee is void. Nothing in this module removes a void or a charge.
 
 Ledger first
 ============
-The build plans its release (all numbers fixed), then charges, then draws noise::
+The build plans its release (all numbers fixed), previews, then charges, then draws noise::
 
     plan = plan_gaussian_release(...)                      # nothing drawn yet
-    receipt = ledger.charge(name, plan.event, parameters=..., artifact=str(out))
+    ledger.check_charge(name, plan.event, ...)             # refuse before any forward pass
+    ... extract, clip, sum ...
+    receipt = ledger.charge(name, plan.event, ...)         # the binding charge
     noised = add_gaussian_noise(mean, plan=plan, sampler=sampler)
     ... write the artifact ...
-    ledger.mark_written(receipt, artifact=str(out))        # bookkeeping only
+    ledger.mark_written(receipt, artifact=..., tensors_sha256=...)   # bookkeeping only
 
 A failure before :meth:`Ledger.charge` returns costs nothing; a failure after it keeps the charge
-(noise may have been drawn and seen), which is the safe side. Charges are final: nothing in this
-module deletes or lowers one.
+(noise may have been drawn and seen), which is the safe side.
 
 Concurrency
 ===========
@@ -32,13 +44,19 @@ the first one's committed charge. No interleaving can make two charges each pass
 a state that lacks the other. Keep the file on a local disk: SQLite's locking is unreliable on
 network file systems.
 
-What is stored
-==============
-Per dataset: name, ``ε``, ``δ``, creation time. Per charge: an id, the serialised event
-(:func:`dpmtv.privacy.events.event_to_json`), the caller's parameters (JSON), the artifact path,
-the charge time, the composed ε after the charge, and when the artifact was written. Never data:
-callers must not put records, counts of private data or anything derived from it into
-``parameters``.
+Format
+======
+Format 2 (this module) stores per dataset: name, ``ε``, ``δ``, relation, unit, creation time; per
+charge: an id, the serialised event, the caller's parameters (JSON), the artifact's absolute path
+and tensor hash, the charge time, the composed ε after the charge, when the artifact was written;
+per void: the same without an event, plus the reason. Never data: callers must not put records,
+counts of private data or anything derived from it into ``parameters``.
+
+A format-1 ledger (no relation, unit or voids) is upgraded in place the first time it is opened:
+each dataset takes the relation and unit its charges recorded (the CLI always recorded both);
+a dataset without charges, or whose charges recorded none, takes the defaults (replace-one,
+record); a dataset whose charges recorded DIFFERENT relations or units is voided, since its
+composed ε was computed across relations.
 """
 
 from __future__ import annotations
@@ -46,10 +64,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +76,30 @@ import dp_accounting
 
 from dpmtv.errors import BudgetExceededError, ParameterError
 from dpmtv.privacy.calibrate import validate_epsilon_delta
-from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
+from dpmtv.privacy.disjoint import (
+    ChargedEvent,
+    DisjointReleases,
+    charged_event_from_json,
+    charged_event_to_json,
+    composed_epsilon,
+)
+from dpmtv.privacy.relation import parse_relation
 
-__all__ = ["Charge", "ChargeReceipt", "DatasetStatus", "Ledger", "LedgerCharge", "composed_epsilon"]
+__all__ = [
+    "Charge",
+    "ChargeReceipt",
+    "DatasetStatus",
+    "Ledger",
+    "LedgerCharge",
+    "PRIVACY_UNITS",
+    "Void",
+    "composed_epsilon",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 120.0
+PRIVACY_UNITS = ("record", "user")
+DEFAULT_RELATION, DEFAULT_UNIT = "replace-one", "record"
 _MAX_NAME = 200
 
 _SCHEMA = """
@@ -70,7 +107,9 @@ CREATE TABLE IF NOT EXISTS datasets (
     name TEXT PRIMARY KEY,
     epsilon REAL NOT NULL,
     delta REAL NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    neighbouring_relation TEXT NOT NULL,
+    privacy_unit TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS charges (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -81,9 +120,28 @@ CREATE TABLE IF NOT EXISTS charges (
     artifact TEXT,
     charged_at TEXT NOT NULL,
     epsilon_after REAL NOT NULL,
-    written_at TEXT
+    written_at TEXT,
+    tensors_sha256 TEXT
+);
+CREATE TABLE IF NOT EXISTS voids (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    void_id TEXT NOT NULL UNIQUE,
+    dataset TEXT NOT NULL REFERENCES datasets(name),
+    reason TEXT NOT NULL,
+    parameters_json TEXT NOT NULL,
+    artifact TEXT,
+    voided_at TEXT NOT NULL,
+    written_at TEXT,
+    tensors_sha256 TEXT
 );
 """
+
+# Format 1 -> 2: the columns and table format 2 added (see "Format" in the module docstring).
+_MIGRATE_1_TO_2 = (
+    f"ALTER TABLE datasets ADD COLUMN neighbouring_relation TEXT NOT NULL DEFAULT '{DEFAULT_RELATION}'",
+    f"ALTER TABLE datasets ADD COLUMN privacy_unit TEXT NOT NULL DEFAULT '{DEFAULT_UNIT}'",
+    "ALTER TABLE charges ADD COLUMN tensors_sha256 TEXT",
+)
 
 
 @dataclass(frozen=True)
@@ -92,12 +150,38 @@ class Charge:
 
     charge_id: str
     dataset: str
-    event: dp_accounting.DpEvent
+    event: ChargedEvent
     parameters: Mapping[str, Any]
-    artifact: str | None
+    artifact: str | None  # absolute path
     charged_at: str
     epsilon_after: float  # composed ε at the dataset's δ after this charge
     written_at: str | None
+    tensors_sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "dataset"}
+        data["event"] = charged_event_to_json(self.event)
+        data["parameters"] = dict(self.parameters)
+        return data
+
+
+@dataclass(frozen=True)
+class Void:
+    """A build without a guarantee that named the dataset: the dataset's guarantee is void."""
+
+    void_id: str
+    dataset: str
+    reason: str
+    parameters: Mapping[str, Any]
+    artifact: str | None
+    voided_at: str
+    written_at: str | None
+    tensors_sha256: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "dataset"}
+        data["parameters"] = dict(self.parameters)
+        return data
 
 
 @dataclass(frozen=True)
@@ -117,7 +201,7 @@ class ChargeReceipt:
 
 @dataclass(frozen=True)
 class DatasetStatus:
-    """A dataset's budget and what its charges have spent.
+    """A dataset's budget, what its charges have spent, and whether its guarantee is void.
 
     ``epsilon_spent`` is the PLD composition of all charges at ``delta`` (0 with no charges).
     ``epsilon_headroom = epsilon_budget - epsilon_spent`` is for display only: composition is not
@@ -131,39 +215,42 @@ class DatasetStatus:
     created_at: str
     epsilon_spent: float
     charges: tuple[Charge, ...]
+    neighbouring_relation: str = DEFAULT_RELATION
+    privacy_unit: str = DEFAULT_UNIT
+    voids: tuple[Void, ...] = ()
 
     @property
     def epsilon_headroom(self) -> float:
         return max(0.0, self.epsilon_budget - self.epsilon_spent)
+
+    @property
+    def void(self) -> bool:
+        """True for good once any build without a guarantee was recorded against the dataset."""
+        return bool(self.voids)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "epsilon_budget": self.epsilon_budget,
             "delta": self.delta,
+            "neighbouring_relation": self.neighbouring_relation,
+            "privacy_unit": self.privacy_unit,
             "created_at": self.created_at,
             "epsilon_spent": self.epsilon_spent,
             "epsilon_headroom": self.epsilon_headroom,
-            "charges": [
-                {
-                    "charge_id": c.charge_id,
-                    "event": event_to_json(c.event),
-                    "parameters": dict(c.parameters),
-                    "artifact": c.artifact,
-                    "charged_at": c.charged_at,
-                    "written_at": c.written_at,
-                    "epsilon_after": c.epsilon_after,
-                }
-                for c in self.charges
-            ],
+            "void": self.void,
+            "charges": [c.to_json() for c in self.charges],
+            "voids": [v.to_json() for v in self.voids],
         }
 
 
-def composed_epsilon(events: Sequence[dp_accounting.DpEvent], *, delta: float) -> float:
-    """ε at ``delta`` of all ``events`` composed (PLD accountant); 0.0 for no events."""
-    if not events:
-        return 0.0
-    return epsilon_of(dp_accounting.ComposedDpEvent(list(events)), delta=delta)
+@dataclass(frozen=True)
+class _DatasetRow:
+    epsilon: float
+    delta: float
+    created_at: str
+    neighbouring_relation: str
+    privacy_unit: str
 
 
 class Ledger:
@@ -182,15 +269,25 @@ class Ledger:
 
     # -- datasets ---------------------------------------------------------------------------
 
-    def init_dataset(self, name: str, *, epsilon: float, delta: float) -> DatasetStatus:
-        """Create dataset ``name`` with budget ``(epsilon, delta)``.
+    def init_dataset(
+        self,
+        name: str,
+        *,
+        epsilon: float,
+        delta: float,
+        neighbouring_relation: str = DEFAULT_RELATION,
+        privacy_unit: str = DEFAULT_UNIT,
+    ) -> DatasetStatus:
+        """Create dataset ``name`` with budget ``(epsilon, delta)`` under ``neighbouring_relation``
+        and ``privacy_unit`` (spelled as in ``dpmtv build``).
 
         Raises:
-            ParameterError: an invalid name or budget, or the name already exists (budgets are
-                fixed once created: raising one after releases would defeat the ledger).
+            ParameterError: an invalid name, budget, relation or unit, or the name already exists
+                (budgets are fixed once created: raising one after releases would defeat the ledger).
         """
         name = _check_name(name)
         validate_epsilon_delta(epsilon=epsilon, delta=delta)
+        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._transaction(create=True) as conn:
             row = conn.execute("SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)).fetchone()
@@ -201,8 +298,9 @@ class Ledger:
                     "choose another name"
                 )
             conn.execute(
-                "INSERT INTO datasets (name, epsilon, delta, created_at) VALUES (?, ?, ?, ?)",
-                (name, float(epsilon), float(delta), _now()),
+                "INSERT INTO datasets (name, epsilon, delta, created_at, neighbouring_relation, "
+                "privacy_unit) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, float(epsilon), float(delta), _now(), relation, unit),
             )
         return self.status(name)
 
@@ -212,54 +310,93 @@ class Ledger:
             return [row[0] for row in conn.execute("SELECT name FROM datasets ORDER BY name")]
 
     def status(self, name: str) -> DatasetStatus:
-        """The budget of ``name``, its charges, and their composed ε at its δ."""
+        """The budget of ``name``, its charges and voids, and their composed ε at its δ."""
+        name = _check_name(name)
         with self._transaction() as conn:
-            epsilon, delta, created = self._dataset_row(conn, _check_name(name))
-            charges = self._charges(conn, name)
-        spent = composed_epsilon([c.event for c in charges], delta=delta)
-        return DatasetStatus(name, epsilon, delta, created, spent, tuple(charges))
+            row = self._dataset_row(conn, name)
+            charges, voids = self._charges(conn, name), self._voids(conn, name)
+        spent = composed_epsilon([c.event for c in charges], delta=row.delta)
+        return DatasetStatus(
+            name,
+            row.epsilon,
+            row.delta,
+            row.created_at,
+            spent,
+            tuple(charges),
+            row.neighbouring_relation,
+            row.privacy_unit,
+            tuple(voids),
+        )
+
+    def check_dataset(self, name: str, *, neighbouring_relation: str, privacy_unit: str) -> DatasetStatus:
+        """Refuse early, before a build reads anything: an unknown dataset, another relation or
+        unit, or a budget with nothing left. Charges nothing (the exact cost is checked by
+        :meth:`check_charge` once the build has planned its release)."""
+        status = self.status(name)
+        _check_same_relation(name, status, _check_relation(neighbouring_relation), _check_unit(privacy_unit))
+        if not status.epsilon_spent < status.epsilon_budget:
+            raise BudgetExceededError(
+                f"budget exceeded for dataset {name!r}: its {len(status.charges)} charge(s) spent "
+                f"epsilon = {status.epsilon_spent:.6g} of its budget epsilon = "
+                f"{status.epsilon_budget:g}; nothing is left for another release"
+            )
+        return status
 
     # -- charges ----------------------------------------------------------------------------
 
     def charge(
         self,
         name: str,
-        event: dp_accounting.DpEvent,
+        event: ChargedEvent,
         *,
+        neighbouring_relation: str,
+        privacy_unit: str,
         parameters: Mapping[str, Any],
-        artifact: str | None,
+        artifact: str | Path | None,
     ) -> ChargeReceipt:
-        """Charge ``event`` to dataset ``name`` atomically, or refuse it.
+        """Charge ``event`` (a DpEvent, or :class:`DisjointReleases` for a parallel build) to
+        dataset ``name`` atomically, or refuse it.
 
-        In one ``BEGIN IMMEDIATE`` transaction: read the previous charges, compose them with
-        ``event`` (PLD accountant, at the dataset's δ), and insert the charge only if the
-        composed ε is <= the budget ε (equality is allowed).
+        In one ``BEGIN IMMEDIATE`` transaction: check the build's relation and unit are the
+        dataset's, read the previous charges, compose them with ``event`` (PLD accountant, at
+        the dataset's δ), and insert the charge only if the composed ε is <= the budget ε
+        (equality is allowed).
 
         Raises:
             BudgetExceededError: the composition would exceed the budget (spent, budget and the
                 would-be total are in the message); nothing is charged.
-            ParameterError: unknown dataset, a missing ledger file, an event the ledger cannot
-                store or account, or parameters that are not JSON.
+            ParameterError: unknown dataset, a missing ledger file, another relation or unit than
+                the dataset's, an event the ledger cannot store or account, or parameters that
+                are not JSON.
         """
         name = _check_name(name)
         event_json = _check_event(event)
         parameters_json = _check_parameters(parameters)
+        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
         with self._transaction(immediate=True) as conn:
-            budget, delta, _ = self._dataset_row(conn, name)
+            row = self._dataset_row(conn, name)
+            _check_same_relation(name, row, relation, unit)
             previous = [c.event for c in self._charges(conn, name)]
-            before = composed_epsilon(previous, delta=delta)
-            after = composed_epsilon([*previous, event], delta=delta)
-            if not after <= budget:  # also refuses NaN and inf (a non-private event)
-                raise BudgetExceededError(_refusal(name, budget, delta, before, after, len(previous)))
-            receipt = ChargeReceipt(uuid.uuid4().hex, name, after, budget, delta, _now())
+            after = _check_fits(name, row, previous, event)
+            receipt = ChargeReceipt(uuid.uuid4().hex, name, after, row.epsilon, row.delta, _now())
             conn.execute(
                 "INSERT INTO charges (charge_id, dataset, event_json, parameters_json, artifact, "
                 "charged_at, epsilon_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (receipt.charge_id, name, event_json, parameters_json, artifact, receipt.charged_at, after),
+                (
+                    receipt.charge_id,
+                    name,
+                    event_json,
+                    parameters_json,
+                    _absolute(artifact),
+                    receipt.charged_at,
+                    after,
+                ),
             )
         return receipt
 
-    def check_charge(self, name: str, event: dp_accounting.DpEvent) -> float:
+    def check_charge(
+        self, name: str, event: ChargedEvent, *, neighbouring_relation: str, privacy_unit: str
+    ) -> float:
         """The composed ε that charging ``event`` now would reach; raises like :meth:`charge`.
 
         A NON-binding preview (nothing is locked or stored), for refusing a build early, before
@@ -267,28 +404,55 @@ class Ledger:
         """
         name = _check_name(name)
         _check_event(event)
+        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
         with self._transaction() as conn:
-            budget, delta, _ = self._dataset_row(conn, name)
+            row = self._dataset_row(conn, name)
             previous = [c.event for c in self._charges(conn, name)]
-        before = composed_epsilon(previous, delta=delta)
-        after = composed_epsilon([*previous, event], delta=delta)
-        if not after <= budget:
-            raise BudgetExceededError(_refusal(name, budget, delta, before, after, len(previous)))
-        return after
+        _check_same_relation(name, row, relation, unit)
+        return _check_fits(name, row, previous, event)
 
-    def mark_written(self, receipt: ChargeReceipt | str, *, artifact: str | None = None) -> None:
-        """Record that the charged build wrote its artifact (and, optionally, where).
+    def void_dataset(
+        self, name: str, *, reason: str, parameters: Mapping[str, Any], artifact: str | Path | None
+    ) -> Void:
+        """Record a build without a privacy guarantee against ``name``: from now on the dataset's
+        guarantee is VOID (:attr:`DatasetStatus.void`), for good. Charges nothing."""
+        name = _check_name(name)
+        parameters_json = _check_parameters(parameters)
+        if not isinstance(reason, str) or not reason.strip():
+            raise ParameterError(f"a void needs a reason, got {reason!r}")
+        with self._transaction(immediate=True) as conn:
+            self._dataset_row(conn, name)
+            void = Void(uuid.uuid4().hex, name, reason, parameters, _absolute(artifact), _now(), None, None)
+            conn.execute(
+                "INSERT INTO voids (void_id, dataset, reason, parameters_json, artifact, voided_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (void.void_id, name, reason, parameters_json, void.artifact, void.voided_at),
+            )
+        return void
 
-        Bookkeeping only: it never changes what was charged.
-        """
-        charge_id = receipt.charge_id if isinstance(receipt, ChargeReceipt) else str(receipt)
+    def mark_written(
+        self,
+        receipt: ChargeReceipt | Void | str,
+        *,
+        artifact: str | Path | None = None,
+        tensors_sha256: str | None = None,
+    ) -> None:
+        """Record that the charged (or voiding) build wrote its artifact: where (absolute) and
+        the artifact's tensor hash. Bookkeeping only: it never changes what was charged."""
+        if isinstance(receipt, ChargeReceipt):
+            table, key, entry_id = "charges", "charge_id", receipt.charge_id
+        elif isinstance(receipt, Void):
+            table, key, entry_id = "voids", "void_id", receipt.void_id
+        else:
+            table, key, entry_id = "charges", "charge_id", str(receipt)
         with self._transaction(immediate=True) as conn:
             cursor = conn.execute(
-                "UPDATE charges SET written_at = ?, artifact = COALESCE(?, artifact) WHERE charge_id = ?",
-                (_now(), artifact, charge_id),
+                f"UPDATE {table} SET written_at = ?, artifact = COALESCE(?, artifact), "  # noqa: S608 (fixed names)
+                f"tensors_sha256 = COALESCE(?, tensors_sha256) WHERE {key} = ?",
+                (_now(), _absolute(artifact), tensors_sha256, entry_id),
             )
             if cursor.rowcount != 1:
-                raise ParameterError(f"no charge with id {charge_id!r} in ledger '{self.path}'")
+                raise ParameterError(f"no charge with id {entry_id!r} in ledger '{self.path}'")
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -302,6 +466,8 @@ class Ledger:
             )
         conn = self._connect()
         try:
+            if self._version(conn) == 1:
+                self._migrate_from_1(conn)
             conn.execute("BEGIN IMMEDIATE" if immediate or create else "BEGIN")
             if create:
                 self._ensure_schema(conn)
@@ -342,15 +508,33 @@ class Ledger:
                 f"{version}); use the dpmtv version that created it or another --ledger path"
             )
 
+    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
+        """Upgrade a format-1 ledger in place, in one transaction (module docstring, "Format")."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._version(conn) == 1:  # another process may have upgraded it meanwhile
+                for statement in _MIGRATE_1_TO_2:
+                    conn.execute(statement)
+                conn.execute(_SCHEMA.split(";")[2])  # CREATE TABLE voids
+                for (name,) in conn.execute("SELECT name FROM datasets").fetchall():
+                    _migrate_dataset(conn, name)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def _version(self, conn: sqlite3.Connection) -> int:
         try:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as exc:
             raise ParameterError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
 
-    def _dataset_row(self, conn: sqlite3.Connection, name: str) -> tuple[float, float, str]:
+    def _dataset_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
         row = conn.execute(
-            "SELECT epsilon, delta, created_at FROM datasets WHERE name = ?", (name,)
+            "SELECT epsilon, delta, created_at, neighbouring_relation, privacy_unit FROM datasets "
+            "WHERE name = ?",
+            (name,),
         ).fetchone()
         if row is None:
             known = [r[0] for r in conn.execute("SELECT name FROM datasets ORDER BY name")]
@@ -358,18 +542,79 @@ class Ledger:
                 f"no dataset {name!r} in ledger '{self.path}' (known: {known or 'none'}); "
                 f"create it with 'dpmtv budget init {name} --epsilon E --delta D'"
             )
-        return float(row[0]), float(row[1]), str(row[2])
+        return _DatasetRow(float(row[0]), float(row[1]), str(row[2]), str(row[3]), str(row[4]))
 
     def _charges(self, conn: sqlite3.Connection, name: str) -> list[Charge]:
         rows = conn.execute(
             "SELECT charge_id, event_json, parameters_json, artifact, charged_at, epsilon_after, "
-            "written_at FROM charges WHERE dataset = ? ORDER BY seq",
+            "written_at, tensors_sha256 FROM charges WHERE dataset = ? ORDER BY seq",
             (name,),
         ).fetchall()
         return [
-            Charge(cid, name, event_from_json(json.loads(ev)), json.loads(par), art, at, eps, wr)
-            for cid, ev, par, art, at, eps, wr in rows
+            Charge(cid, name, charged_event_from_json(json.loads(ev)), json.loads(par), art, at, eps, wr, sha)
+            for cid, ev, par, art, at, eps, wr, sha in rows
         ]
+
+    def _voids(self, conn: sqlite3.Connection, name: str) -> list[Void]:
+        rows = conn.execute(
+            "SELECT void_id, reason, parameters_json, artifact, voided_at, written_at, tensors_sha256 "
+            "FROM voids WHERE dataset = ? ORDER BY seq",
+            (name,),
+        ).fetchall()
+        return [
+            Void(vid, name, reason, json.loads(par), art, at, wr, sha)
+            for vid, reason, par, art, at, wr, sha in rows
+        ]
+
+
+def _check_same_relation(name: str, row: _DatasetRow | DatasetStatus, relation: str, unit: str) -> None:
+    fixed = (row.neighbouring_relation, row.privacy_unit)
+    if (relation, unit) != fixed:
+        raise ParameterError(
+            f"dataset {name!r} was created for {fixed[0]} per {fixed[1]}, and this build "
+            f"is {relation} per {unit}: releases under different neighbouring relations or "
+            f"privacy units do not compose into one guarantee. Build with --neighbouring-relation "
+            f"{fixed[0]} --privacy-unit {fixed[1]}, or use another dataset budget"
+        )
+
+
+def _check_fits(name: str, row: _DatasetRow, previous: list[ChargedEvent], event: ChargedEvent) -> float:
+    after = composed_epsilon([*previous, event], delta=row.delta)
+    if not after <= row.epsilon:  # also refuses NaN and inf (a non-private event)
+        before = composed_epsilon(previous, delta=row.delta)  # for the message only
+        raise BudgetExceededError(_refusal(name, row.epsilon, row.delta, before, after, len(previous)))
+    return after
+
+
+def _migrate_dataset(conn: sqlite3.Connection, name: str) -> None:
+    recorded = set()
+    for (parameters_json,) in conn.execute("SELECT parameters_json FROM charges WHERE dataset = ?", (name,)):
+        parameters = json.loads(parameters_json)
+        if "neighbouring_relation" in parameters or "privacy_unit" in parameters:
+            recorded.add(
+                (
+                    parameters.get("neighbouring_relation", DEFAULT_RELATION),
+                    parameters.get("privacy_unit", DEFAULT_UNIT),
+                )
+            )
+    relation, unit = sorted(recorded)[0] if recorded else (DEFAULT_RELATION, DEFAULT_UNIT)
+    conn.execute(
+        "UPDATE datasets SET neighbouring_relation = ?, privacy_unit = ? WHERE name = ?",
+        (relation, unit, name),
+    )
+    if len(recorded) > 1:
+        mixed = ", ".join(f"{r} per {u}" for r, u in sorted(recorded))
+        conn.execute(
+            "INSERT INTO voids (void_id, dataset, reason, parameters_json, voided_at) VALUES (?, ?, ?, ?, ?)",
+            (
+                uuid.uuid4().hex,
+                name,
+                f"upgraded from ledger format 1: its charges were made under different relations "
+                f"or units ({mixed}) and composed as if under one",
+                "{}",
+                _now(),
+            ),
+        )
 
 
 def _refusal(name: str, budget: float, delta: float, before: float, after: float, count: int) -> str:
@@ -391,11 +636,22 @@ def _check_name(name: object) -> str:
     return name
 
 
+def _check_relation(value: object) -> str:
+    return parse_relation(value).value
+
+
+def _check_unit(value: object) -> str:
+    unit = value.value if isinstance(value, Enum) else value
+    if unit not in PRIVACY_UNITS:
+        raise ParameterError(f"unknown privacy unit {value!r}; valid values are {', '.join(PRIVACY_UNITS)}")
+    return unit
+
+
 def _check_event(event: object) -> str:
-    if not isinstance(event, dp_accounting.DpEvent):
+    if not isinstance(event, (dp_accounting.DpEvent, DisjointReleases)):
         raise ParameterError(f"expected a dp_accounting DpEvent to charge, got {type(event).__name__}")
-    encoded = event_to_json(event)
-    event_from_json(encoded)  # refuses types the ledger could not read back
+    encoded = charged_event_to_json(event)
+    charged_event_from_json(encoded)  # refuses types the ledger could not read back
     return json.dumps(encoded, sort_keys=True)
 
 
@@ -408,6 +664,11 @@ def _check_parameters(parameters: Mapping[str, Any]) -> str:
         raise ParameterError(f"parameters must be JSON-serialisable: {exc}") from None
 
 
+def _absolute(artifact: str | Path | None) -> str | None:
+    """Artifacts are recorded by absolute path: a relative one is ambiguous in a shared ledger."""
+    return None if artifact is None else str(Path(artifact).resolve())
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -415,30 +676,74 @@ def _now() -> str:
 class LedgerCharge:
     """A build's ``before_noise`` callback: charge the build's event to ``dataset`` once.
 
-    ``build_task_vector(..., before_noise=LedgerCharge(ledger, name, parameters=..., artifact=...))``
-    calls it with the composed event right before the first noise draw; a refusal raises
-    :class:`~dpmtv.errors.BudgetExceededError` there, so no noise is drawn. After the artifact is
-    written, :meth:`mark_written` records it. Calling it a second time raises (one charge per build).
+    ``build_task_vector(..., before_noise=LedgerCharge(ledger, name, ...))`` calls
+    :meth:`preview` right after planning (before any forward pass: an unknown dataset, another
+    relation or an overrun is refused there) and the callback itself with the build's event
+    right before the first noise draw; a refusal raises there, so no noise is drawn. After the
+    artifact is written, :meth:`mark_written` records its path and tensor hash. Calling it a
+    second time raises (one charge per build).
+
+    With ``void_reason`` (a build without a guarantee: non-private or seeded noise), the callback
+    VOIDS the dataset instead of charging it (:meth:`Ledger.void_dataset`).
     """
 
-    def __init__(self, ledger: Ledger, dataset: str, *, parameters: Mapping[str, Any], artifact: str | None):
+    def __init__(
+        self,
+        ledger: Ledger,
+        dataset: str,
+        *,
+        neighbouring_relation: str,
+        privacy_unit: str,
+        parameters: Mapping[str, Any],
+        artifact: str | Path | None,
+        void_reason: str | None = None,
+    ):
         self.ledger, self.dataset = ledger, _check_name(dataset)
-        self.parameters, self.artifact = dict(parameters), artifact
-        self.receipt: ChargeReceipt | None = None
+        self.neighbouring_relation = _check_relation(neighbouring_relation)
+        self.privacy_unit = _check_unit(privacy_unit)
+        self.parameters, self.artifact, self.void_reason = dict(parameters), artifact, void_reason
+        self.receipt: ChargeReceipt | Void | None = None
 
-    def preview(self, event: dp_accounting.DpEvent) -> float:
+    def check(self) -> DatasetStatus:
+        """Refuse before the build reads anything (:meth:`Ledger.check_dataset`); a voiding
+        build only needs the dataset to exist."""
+        if self.void_reason is not None:
+            return self.ledger.status(self.dataset)
+        return self.ledger.check_dataset(
+            self.dataset, neighbouring_relation=self.neighbouring_relation, privacy_unit=self.privacy_unit
+        )
+
+    def preview(self, event: ChargedEvent) -> float | None:
         """:meth:`Ledger.check_charge`: refuse early (before forward passes), without charging."""
-        return self.ledger.check_charge(self.dataset, event)
+        if self.void_reason is not None:
+            self.ledger.status(self.dataset)
+            return None
+        return self.ledger.check_charge(
+            self.dataset,
+            event,
+            neighbouring_relation=self.neighbouring_relation,
+            privacy_unit=self.privacy_unit,
+        )
 
-    def __call__(self, event: dp_accounting.DpEvent) -> ChargeReceipt:
+    def __call__(self, event: ChargedEvent) -> ChargeReceipt | Void:
         if self.receipt is not None:
             raise BudgetExceededError(f"this build already charged dataset {self.dataset!r} once")
-        self.receipt = self.ledger.charge(
-            self.dataset, event, parameters=self.parameters, artifact=self.artifact
-        )
+        if self.void_reason is not None:
+            self.receipt = self.ledger.void_dataset(
+                self.dataset, reason=self.void_reason, parameters=self.parameters, artifact=self.artifact
+            )
+        else:
+            self.receipt = self.ledger.charge(
+                self.dataset,
+                event,
+                neighbouring_relation=self.neighbouring_relation,
+                privacy_unit=self.privacy_unit,
+                parameters=self.parameters,
+                artifact=self.artifact,
+            )
         return self.receipt
 
-    def mark_written(self, artifact: str | None = None) -> None:
+    def mark_written(self, artifact: str | Path | None = None, *, tensors_sha256: str | None = None) -> None:
         """Record that the artifact was written (no-op if nothing was charged)."""
         if self.receipt is not None:
-            self.ledger.mark_written(self.receipt, artifact=artifact)
+            self.ledger.mark_written(self.receipt, artifact=artifact, tensors_sha256=tensors_sha256)
