@@ -103,7 +103,9 @@ def test_noise_is_one_draw_over_the_concatenated_layers():
     assert not plan.sampler_secure
     released = add_gaussian_noise(mean, plan=plan, sampler=SeededGaussianSampler(11))
     noise = SeededGaussianSampler(11).sample(10, noise_std=plan.noise_std)
-    assert isinstance(released, NoisedVector) and released.noised and released.private
+    assert (
+        isinstance(released, NoisedVector) and released.noised and not released.private
+    )  # seeded: no guarantee
     np.testing.assert_allclose(released.layers[0], expected[0] + noise[:4], rtol=1e-13)
     np.testing.assert_allclose(released.layers[3], expected[3] + noise[4:], rtol=1e-13)
     assert not released.layers[0].flags.writeable

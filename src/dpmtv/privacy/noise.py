@@ -7,7 +7,7 @@ Gaussian noise (float64). The samplers:
 sampler                     secure  floating-point safe   source
 ==========================  ======  ====================  ====================================
 ``OpenDPGaussianSampler``   yes     yes                   OpenDP ``make_gaussian`` (default)
-``CsprngNumpyGaussianSampler`` yes  no                    numpy PCG64 seeded from OS entropy
+``CsprngNumpyGaussianSampler`` yes  no                    OS CSPRNG bytes, Box–Muller in numpy
 ``SeededGaussianSampler``   NO      no                    numpy PCG64 from a user seed
 ==========================  ======  ====================  ====================================
 
@@ -29,6 +29,7 @@ privacy map depend on the vector size; not offered.)
 
 from __future__ import annotations
 
+import secrets
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -36,7 +37,7 @@ import opendp.prelude as dp
 
 from dpmtv.errors import DangerousModeError, NumericalError, ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
-from dpmtv.privacy.partition import secure_rng, seeded_rng
+from dpmtv.privacy.partition import seeded_rng
 
 __all__ = [
     "OPENDP_CHUNK",
@@ -129,11 +130,14 @@ class OpenDPGaussianSampler:
 
 
 class CsprngNumpyGaussianSampler:
-    """numpy's Gaussian from a PCG64 generator seeded with 256 bits of OS entropy per call.
+    """Gaussian noise from the OS CSPRNG (``secrets.token_bytes``), transformed in numpy.
 
-    The seed is unpredictable and never stored, so the noise cannot be reproduced; but PCG64 is
-    not a cryptographic stream and numpy's floating-point sampling is not floating-point safe.
-    Prefer :class:`OpenDPGaussianSampler` unless speed matters more.
+    Every draw consumes 16 fresh bytes of the operating system's cryptographic generator
+    (``getrandom``/``/dev/urandom``): two 53-bit uniforms ``u1 ∈ (0, 1]``, ``u2 ∈ [0, 1)`` and the
+    Box–Muller transform ``sqrt(−2 ln u1)·cos(2π u2)``. Nothing is seeded or stored, so the noise
+    cannot be reproduced or predicted. The float64 transform is NOT floating-point safe (Mironov,
+    CCS 2012) and its tails stop at ``sqrt(2·53·ln 2) ≈ 8.6σ``; prefer
+    :class:`OpenDPGaussianSampler` unless speed matters more.
     """
 
     name = "csprng-numpy"
@@ -141,8 +145,8 @@ class CsprngNumpyGaussianSampler:
     floating_point_safe = False
 
     def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
-        """Values plus normal draws of a fresh OS-entropy-seeded generator."""
-        return values + secure_rng().normal(0.0, noise_std, size=values.size)
+        """Values plus ``noise_std`` times Box–Muller normals of fresh OS-CSPRNG bytes."""
+        return values + noise_std * _csprng_standard_normal(values.size)
 
     def privacy_map_noise_std(self, **_: float) -> float | None:
         """No own privacy map: the analytic / PLD calibration applies."""
@@ -150,6 +154,15 @@ class CsprngNumpyGaussianSampler:
 
     def __repr__(self) -> str:
         return "CsprngNumpyGaussianSampler()"
+
+
+def _csprng_standard_normal(num_values: int) -> np.ndarray:
+    """``num_values`` standard normals from ``16·num_values`` bytes of ``secrets.token_bytes``."""
+    words = np.frombuffer(secrets.token_bytes(16 * num_values), dtype=np.uint64)  # (2n,)
+    bits = words >> np.uint64(11)  # 53 uniform bits each
+    u1 = (bits[:num_values].astype(np.float64) + 1.0) * 2.0**-53  # (0, 1]: log is finite
+    u2 = bits[num_values:].astype(np.float64) * 2.0**-53  # [0, 1)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
 class SeededGaussianSampler:

@@ -71,9 +71,16 @@ class GaussianReleasePlan:
             raise NumericalError(f"plan spends epsilon {self.epsilon_spent!r} > target {self.epsilon!r}")
 
     @property
-    def private(self) -> bool:
-        """False only for the explicitly non-private baseline."""
+    def noised(self) -> bool:
+        """Whether Gaussian noise is drawn (False only for the non-private baseline)."""
         return math.isfinite(self.epsilon)
+
+    @property
+    def private(self) -> bool:
+        """Whether the (epsilon, delta) guarantee holds: noised AND by a secure sampler. Seeded
+        noise can be regenerated from its recorded seed and subtracted, which recovers the exact
+        mean, so a seeded release carries NO guarantee even though it is noised."""
+        return self.noised and self.sampler_secure
 
     def to_metadata(self) -> dict[str, Any]:
         """A JSON-ready dict of the plan, the event in dp-accounting's serialisable form."""
@@ -88,8 +95,9 @@ class NoisedVector:
     """The released per-layer vectors (read-only float64) and the plan they were released under.
 
     ``noised`` is True for a Gaussian release and False for the non-private baseline, whose plan
-    has ``epsilon = inf``. Either way it cannot be noised again: :func:`add_gaussian_noise` takes
-    only an :class:`UnnoisedMean`.
+    has ``epsilon = inf``; ``private`` is the plan's (a seeded release is noised, not private).
+    Either way it cannot be noised again: :func:`add_gaussian_noise` takes only an
+    :class:`UnnoisedMean`.
     """
 
     layers: Mapping[int, np.ndarray]
@@ -98,7 +106,7 @@ class NoisedVector:
 
     @property
     def private(self) -> bool:
-        """Whether the release carries a finite (epsilon, delta) guarantee."""
+        """Whether the release carries its (epsilon, delta) guarantee (see the plan's)."""
         return self.plan.private
 
 
@@ -155,7 +163,7 @@ def add_gaussian_noise(
         ParameterError: the sampler is not the planned one, or the plan is non-private.
     """
     _check_unnoised(mean)
-    if not plan.private or plan.noise_std <= 0:
+    if not plan.noised or plan.noise_std <= 0:
         raise ParameterError("a non-private plan cannot be used for a noisy release")
     if sampler.name != plan.sampler:
         raise ParameterError(f"the plan is for sampler {plan.sampler!r}, got {sampler.name!r}")
