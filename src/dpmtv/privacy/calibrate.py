@@ -103,10 +103,14 @@ def calibrate_gaussian_noise_multiplier(
     epsilon: float,
     delta: float,
     fixed_events: Sequence[dp_accounting.DpEvent] = (),
+    reserved_delta: float = 0.0,
 ) -> float:
     """Smallest noise multiplier ``z`` (within a 1e-7 relative tolerance, rounded up) such that
-    ``ComposedDpEvent([*fixed_events, GaussianDpEvent(z)])`` is (epsilon, delta)-DP under the
-    PLD accountant of :func:`dpmtv.privacy.events.make_accountant`.
+    ``ComposedDpEvent([*fixed_events, GaussianDpEvent(z)])`` is (epsilon, delta − reserved_delta)-DP
+    under the PLD accountant of :func:`dpmtv.privacy.events.make_accountant`. ``reserved_delta``
+    (in ``[0, delta/2]``) is what a sampler keeps for its own deviation from the continuous
+    Gaussian (:meth:`dpmtv.privacy.noise.NoiseSampler.reserved_delta`); the range check applies
+    to the target ``delta``.
 
     ``dp_accounting.calibrate_dp_mechanism`` (Brent's method) finds ``z`` within ``tol`` of the
     optimum from either side; we add ``tol`` and then re-check with the accountant, growing ``z``
@@ -117,7 +121,9 @@ def calibrate_gaussian_noise_multiplier(
             (:func:`check_calibration_range`), or fixed events that alone spend the budget.
     """
     check_calibration_range(epsilon=epsilon, delta=delta)
-    epsilon, delta, fixed = float(epsilon), float(delta), list(fixed_events)
+    if not 0.0 <= float(reserved_delta) <= 0.5 * float(delta):
+        raise ParameterError(f"reserved_delta must be in [0, delta/2], got {reserved_delta!r}")
+    epsilon, delta, fixed = float(epsilon), float(delta) - float(reserved_delta), list(fixed_events)
     _check_fixed_budget(fixed, epsilon=epsilon, delta=delta)
     analytic = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta)
     tol = _RELATIVE_TOL * analytic

@@ -47,11 +47,13 @@ class GaussianReleasePlan:
         noise_multiplier: ``σ_used / Δ``, the multiplier of the accounted Gaussian event.
         noise_std: ``σ_used``, the std actually drawn.
         noise_std_analytic: ``Δ·σ₁(ε, δ)`` of the analytic Gaussian (reference only).
-        noise_std_sampler_map: the std the sampler's own privacy map needs (OpenDP), else None.
+        noise_std_sampler_map: the std the sampler's own privacy map would need (OpenDP's zCDP
+            map; reference only, not used), else None.
         sampler: the sampler's name; ``sampler_secure`` whether it is secure.
         epsilon, delta: the target budget of the whole build.
         event: the accounted event (fixed events composed with the Gaussian release).
-        epsilon_spent: the PLD accountant's epsilon for ``event`` at ``delta`` (<= epsilon).
+        epsilon_spent: the PLD accountant's epsilon for ``event`` at ``delta`` minus the
+            sampler's reserved delta (<= epsilon).
     """
 
     l2_sensitivity: float | None
@@ -120,23 +122,26 @@ def plan_gaussian_release(
 ) -> GaussianReleasePlan:
     """Choose the noise std for a release of sensitivity ``Δ`` within (epsilon, delta).
 
-    ``σ_cal = Δ · calibrate_gaussian_noise_multiplier(ε, δ, fixed_events)`` (PLD accountant over
-    the whole build). If the sampler has its own privacy map (OpenDP), ``σ_map`` is the smallest
-    std that map certifies for the release; the plan uses ``σ_used = max(σ_cal, σ_map)`` and
-    reports both, so both analyses certify the release. The accounted event is the Gaussian with
-    multiplier ``σ_used / Δ`` (composed with ``fixed_events``); as the accounted epsilon decreases
-    in the multiplier, it is never above the target, and ``epsilon_spent`` records it.
-    ``σ_analytic = Δ · σ₁(ε, δ)`` (Balle & Wang) is kept for reference: without fixed events
-    ``σ_cal`` is within ~1e-6 relative of it, and never below it.
+    ``σ = Δ · calibrate_gaussian_noise_multiplier(ε, δ, fixed_events, reserved_delta=r)``: the
+    PLD accountant over the whole build at ``δ − r``, where ``r = sampler.reserved_delta(δ)`` is
+    what the sampler keeps for its own deviation from the continuous Gaussian (OpenDP's discrete
+    Gaussian: ``δ·2^-40``, :func:`dpmtv.privacy.noise.discrete_gaussian_delta_log2`; 0 for the
+    continuous samplers), checked to cover it at this σ. The accounted event is the Gaussian with
+    multiplier ``σ / Δ`` (composed with ``fixed_events``); ``epsilon_spent`` is the accountant's
+    epsilon for it at ``δ − r`` (<= the target). For reference only: ``σ_analytic = Δ·σ₁(ε, δ)``
+    (Balle & Wang; without fixed events σ is within ~1e-6 relative of it and never below it) and
+    ``σ_map``, the std the sampler's own privacy map would need (OpenDP's zCDP map).
     """
     delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
-    multiplier = calibrate_gaussian_noise_multiplier(epsilon=epsilon, delta=delta, fixed_events=fixed_events)
+    reserved = sampler.reserved_delta(delta=float(delta))
+    multiplier = calibrate_gaussian_noise_multiplier(
+        epsilon=epsilon, delta=delta, fixed_events=fixed_events, reserved_delta=reserved
+    )
+    noise_std = _std_at_least(multiplier, delta_l2)
+    sampler.check_reserved_delta(noise_std=noise_std, epsilon=float(epsilon), reserved_delta=reserved)
     sampler_map = sampler.privacy_map_noise_std(
         l2_sensitivity=delta_l2, epsilon=float(epsilon), delta=float(delta)
     )
-    if sampler_map is not None:
-        multiplier = max(multiplier, sampler_map / delta_l2)
-    noise_std = _std_at_least(multiplier, delta_l2)
     event = _compose(fixed_events, gaussian_release_event(noise_multiplier=multiplier))
     return GaussianReleasePlan(
         l2_sensitivity=delta_l2,
@@ -149,7 +154,7 @@ def plan_gaussian_release(
         epsilon=float(epsilon),
         delta=float(delta),
         event=event,
-        epsilon_spent=epsilon_of(event, delta=float(delta)),
+        epsilon_spent=epsilon_of(event, delta=float(delta) - reserved),
     )
 
 
