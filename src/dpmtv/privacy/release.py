@@ -31,6 +31,7 @@ __all__ = [
     "GaussianReleasePlan",
     "NoisedVector",
     "add_gaussian_noise",
+    "calibrated_noise_std",
     "plan_gaussian_release",
     "release_without_noise",
 ]
@@ -133,12 +134,7 @@ def plan_gaussian_release(
     ``σ_map``, the std the sampler's own privacy map would need (OpenDP's zCDP map).
     """
     delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
-    reserved = sampler.reserved_delta(delta=float(delta))
-    multiplier = calibrate_gaussian_noise_multiplier(
-        epsilon=epsilon, delta=delta, fixed_events=fixed_events, reserved_delta=reserved
-    )
-    noise_std = _std_at_least(multiplier, delta_l2)
-    sampler.check_reserved_delta(noise_std=noise_std, epsilon=float(epsilon), reserved_delta=reserved)
+    multiplier, noise_std, reserved = _calibrate(delta_l2, epsilon, delta, sampler, fixed_events)
     sampler_map = sampler.privacy_map_noise_std(
         l2_sensitivity=delta_l2, epsilon=float(epsilon), delta=float(delta)
     )
@@ -156,6 +152,37 @@ def plan_gaussian_release(
         event=event,
         epsilon_spent=epsilon_of(event, delta=float(delta) - reserved),
     )
+
+
+def calibrated_noise_std(
+    *,
+    l2_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    sampler: NoiseSampler,
+    fixed_events: Sequence[dp_accounting.DpEvent] = (),
+) -> float:
+    """The noise std :func:`plan_gaussian_release` draws for these numbers (and nothing else of
+    the plan): what a loaded artifact's ``noise_std`` must equal."""
+    delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
+    return _calibrate(delta_l2, epsilon, delta, sampler, fixed_events)[1]
+
+
+def _calibrate(
+    delta_l2: float,
+    epsilon: float,
+    delta: float,
+    sampler: NoiseSampler,
+    fixed_events: Sequence[dp_accounting.DpEvent],
+) -> tuple[float, float, float]:
+    """(multiplier, noise std, reserved delta): the one computation of the release's σ."""
+    reserved = sampler.reserved_delta(delta=float(delta))
+    multiplier = calibrate_gaussian_noise_multiplier(
+        epsilon=epsilon, delta=delta, fixed_events=fixed_events, reserved_delta=reserved
+    )
+    noise_std = _std_at_least(multiplier, delta_l2)
+    sampler.check_reserved_delta(noise_std=noise_std, epsilon=float(epsilon), reserved_delta=reserved)
+    return multiplier, noise_std, reserved
 
 
 def add_gaussian_noise(
