@@ -240,8 +240,6 @@ def test_summary_states_one_epsilon_and_explains_the_accounting(
     assert "PLDAccountant" not in text and "ADD_OR_REMOVE_ONE" not in text
     assert "ε spent" not in text  # one ε: the guarantee
     assert "Δ already covers replacing one record" in text
-    lower = f"the accountant certifies ε = {privacy['epsilon_spent']:.3g} < 1"
-    if sampler == "opendp":  # OpenDP's privacy map asks for more noise than the PLD accountant
-        assert privacy["epsilon_spent"] < 0.99 and lower in text and "privacy map needed more noise" in text
-    else:
-        assert privacy["epsilon_spent"] > 0.999 and "certifies" not in text
+    # both samplers now draw the calibrated σ (OpenDP's discrete Gaussian is accounted directly,
+    # docs/design.md §8), so the σ drawn is worth the whole ε and no lower ε is reported
+    assert privacy["epsilon_spent"] > 0.999 and "certifies" not in text

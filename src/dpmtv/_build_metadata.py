@@ -32,7 +32,7 @@ def artifact_metadata(
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
         l2_sensitivity=plan.l2_sensitivity,
         noise_std=plan.noise_std,
-        noise_std_analytic=plan.noise_std_analytic if plan.private else None,
+        noise_std_analytic=plan.noise_std_analytic if plan.noised else None,
         noise_std_sampler_map=plan.noise_std_sampler_map,
         noise_multiplier=plan.noise_multiplier,
         noise_sampler=plan.sampler,

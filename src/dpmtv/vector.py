@@ -3,7 +3,16 @@
 Tensors: ``vector`` (K, d) float32 — the noisy per-head values, reference added back;
 ``heads`` (K, 2) int64 — (layer, head) pairs; optionally ``reference`` (K, d) — the public
 centring reference. Metadata key ``dpmtv`` holds a versioned JSON document
-(:class:`ArtifactMetadata`) with a SHA-256 of the tensors, verified on load.
+(:class:`ArtifactMetadata`) that records the SHA-256 of the tensors; key ``dpmtv_sha256`` holds
+the SHA-256 of that JSON text, so the metadata is hashed together with the tensors.
+
+On load (:func:`load_task_vector`): the format version, both hashes, the heads, finite tensors,
+and the consistency of the privacy claim (:mod:`dpmtv._artifact_claim`: ε > 0, δ ∈ (0, 1), σ equal
+to the calibration for Δ, ε, δ and the recorded sampler, ``private`` matching the sampler). The
+hashes detect edits by anyone who does not recompute them; they are not a signature.
+
+Format history: 1 — metadata not hashed, seeded vectors marked private (refused, explained);
+2 — metadata hashed, claims checked on load.
 """
 
 from __future__ import annotations
@@ -22,17 +31,21 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from dpmtv._artifact_claim import check_privacy_claim
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import LayerPatch
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA_KEY = "dpmtv"
+METADATA_HASH_KEY = "dpmtv_sha256"  # SHA-256 of the METADATA_KEY text (which holds the tensor hash)
 
 
 class PrivacyMetadata(BaseModel):
-    """How the vector was privatised. ``private=False`` marks an explicitly non-private build."""
+    """How the vector was privatised. ``private`` is True only when the (ε, δ) guarantee holds:
+    noised by a secure sampler. False for seeded noise (the seed regenerates it) and for the
+    explicitly non-private baseline (``noise_std = 0``, ``epsilon = inf``)."""
 
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
@@ -135,7 +148,8 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
     try:
-        save_file(tensors, temporary, metadata={METADATA_KEY: metadata.model_dump_json()})
+        text = metadata.model_dump_json()
+        save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -144,7 +158,12 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
 
 
 def load_task_vector(path: str | Path) -> TaskVector:
-    """Read an artifact and verify its tensors against the recorded SHA-256."""
+    """Read an artifact and verify it: format, metadata and tensor hashes, heads, finite values,
+    and the consistency of its privacy claim.
+
+    Raises:
+        ArtifactIntegrityError: names the file and the failing check or field.
+    """
     path = Path(path)
     if not path.is_file():
         raise ArtifactIntegrityError(f"task vector '{path}' does not exist")
@@ -152,13 +171,15 @@ def load_task_vector(path: str | Path) -> TaskVector:
         tensors = load_file(str(path))
         with open(path, "rb") as handle:
             header_size = int.from_bytes(handle.read(8), "little")
-            header = json.loads(handle.read(header_size))
-        metadata = ArtifactMetadata.model_validate_json(header["__metadata__"][METADATA_KEY])
-    except (SafetensorError, OSError, ValueError, KeyError, ValidationError) as exc:
+            stored = json.loads(handle.read(header_size))["__metadata__"]
+        text = stored[METADATA_KEY]
+        _check_format(path, json.loads(text))
+        metadata = ArtifactMetadata.model_validate_json(text)
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
         raise ArtifactIntegrityError(f"'{path}' is not a readable dpmtv task vector: {exc}") from None
-    if metadata.format_version != FORMAT_VERSION:
+    if stored.get(METADATA_HASH_KEY) != _sha256(text):
         raise ArtifactIntegrityError(
-            f"'{path}' has format_version {metadata.format_version}; this dpmtv reads {FORMAT_VERSION}"
+            f"'{path}': its metadata has been modified: the text no longer matches its SHA-256"
         )
     actual = tensors_sha256(tensors)
     if actual != metadata.tensors_sha256:
@@ -169,4 +190,35 @@ def load_task_vector(path: str | Path) -> TaskVector:
     heads = HeadSet.of(map(tuple, tensors["heads"].tolist()))
     if heads.to_json() != metadata.heads:
         raise ArtifactIntegrityError(f"'{path}': the heads tensor disagrees with the metadata")
+    for name in ("vector", "reference"):
+        if name in tensors and not np.isfinite(tensors[name]).all():
+            bad = int(np.size(tensors[name]) - np.isfinite(tensors[name]).sum())
+            raise ArtifactIntegrityError(f"'{path}': tensor '{name}' is not finite ({bad} NaN/inf values)")
+    check_privacy_claim(metadata.privacy, where=f"'{path}'")
     return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"))
+
+
+def _check_format(path: Path, document: dict[str, Any]) -> None:
+    """Refuse another format version; explain what was wrong with format 1."""
+    version = document.get("format_version")
+    if version == FORMAT_VERSION:
+        return
+    if version == 1:
+        privacy = document.get("privacy", {})
+        claim = ", ".join(
+            f"{k} = {privacy.get(k)!r}"
+            for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
+        )
+        raise ArtifactIntegrityError(
+            f"'{path}' has format 1 (dpmtv before format {FORMAT_VERSION}); its metadata is not covered "
+            "by its hash, so an edited epsilon or sigma would go unnoticed, and format-1 vectors with "
+            "seeded noise claimed (epsilon, delta)-DP although their seed regenerates the noise. Its "
+            f"recorded claim ({claim}) cannot be verified: rebuild the vector with this dpmtv"
+        )
+    raise ArtifactIntegrityError(
+        f"'{path}' has format_version {version!r}; this dpmtv reads {FORMAT_VERSION}"
+    )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

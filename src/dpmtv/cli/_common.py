@@ -81,16 +81,24 @@ def float_list(ctx, param, value: str | None) -> tuple[float, ...] | None:
         raise click.BadParameter(f"'{value}' is not a number or comma-separated numbers") from None
 
 
+def guarantee_text(privacy) -> str:
+    """The one line that states what a vector guarantees (rich markup)."""
+    p = privacy
+    if p.private:
+        return f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
+    if p.noise_std > 0:
+        return (
+            f"[bold red]NO GUARANTEE (seeded noise): seed {p.insecure_seed} regenerates the noise, "
+            "so the exact mean can be recovered[/]"
+        )
+    return "[bold red]NO GUARANTEE (NON-PRIVATE, ε = ∞): no noise was added[/]"
+
+
 def print_vector_summary(metadata, *, path) -> None:
     p = metadata.privacy
     table = Table(title=f"task vector {path}" if path else "task vector", show_header=False)
-    guarantee = (
-        f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
-        if p.private
-        else "[bold red]NON-PRIVATE (ε = ∞): no privacy guarantee[/]"
-    )
     rows = [
-        ("guarantee", guarantee),
+        ("guarantee", guarantee_text(p)),
         ("accounting", accounting_in_words(p)),
         ("model", f"{metadata.model['architecture']} ({metadata.model['name_or_path']})"),
         ("heads", f"{len(metadata.heads)} heads in {len({h[0] for h in metadata.heads})} layers"),
@@ -114,7 +122,9 @@ def print_vector_summary(metadata, *, path) -> None:
         (
             "noise sampler",
             p.noise_sampler
-            + ("" if p.secure_noise or not p.private else f" [bold red]INSECURE seed {p.insecure_seed}[/]"),
+            + (
+                "" if p.secure_noise or p.noise_std == 0 else f" [bold red]INSECURE seed {p.insecure_seed}[/]"
+            ),
         ),
         ("query / centring", f"{metadata.prompt.get('query')} / {metadata.prompt.get('center')}"),
         (
@@ -132,7 +142,7 @@ def accounting_in_words(p) -> str:
     says what the accountant's events compare (so nobody reads dp-accounting's relation name as
     the build's) and, when the σ drawn is worth a lower ε, that and why."""
     if not p.private:
-        return "none: no noise was added"
+        return "none: the seeded noise can be regenerated" if p.noise_std > 0 else "none: no noise was added"
     unit = "one user's records" if p.privacy_unit == "user" else "one record"
     change = "replacing" if p.neighbouring_relation == "replace-one" else "adding or removing"
     words = (

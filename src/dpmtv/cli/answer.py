@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import console, model_options
+from dpmtv.cli._common import console, err_console, guarantee_text, model_options
 from dpmtv.errors import ParameterError
 
 
@@ -62,6 +62,8 @@ def command(
 
     examples, ids = _query_examples(images, question, queries)
     vector = load_task_vector(vector_path) if vector_path else None
+    if vector is not None:  # on stderr, so that --json output stays one JSON object a line
+        err_console.print(f"task vector: {guarantee_text(vector.metadata.privacy)}", highlight=False)
     loaded = load_model(model_path, dtype=dtype, device=device)
     mode = None if patch_mode == "auto" else patch_mode
     answers = answer_queries(

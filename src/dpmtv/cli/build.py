@@ -143,13 +143,15 @@ from dpmtv.errors import ParameterError
     type=click.Choice(["opendp", "csprng-numpy"]),
     default="opendp",
     show_default=True,
-    help="opendp: floating-point-safe exact sampler (default).",
+    help="opendp: exact discrete Gaussian, floating-point safe (default); csprng-numpy: OS CSPRNG "
+    "bytes through Box–Muller, faster, not floating-point safe.",
 )
 @click.option(
     "--insecure-seeded-noise",
     "insecure_seed",
     type=int,
-    help="INSECURE: seed the noise and partition (experiments only; recorded in the artifact).",
+    help="INSECURE: seed the noise and partition (experiments only). The artifact records the seed "
+    "and says NO GUARANTEE: the seed regenerates the noise.",
 )
 @click.option(
     "--non-private",

@@ -6,7 +6,8 @@ method         what it does                                        privacy
 ``zero-shot``  the query alone                                     reads no private data
 ``icl:K``      K demonstrations sampled from the pool per query,   NON-PRIVATE (ε = ∞)
                cut to what the context holds (reported)
-``mtv``        task vector built without noise                     NON-PRIVATE (ε = ∞)
+``mtv``        MTV: the plain mean of the chunks' head outputs,    NON-PRIVATE (ε = ∞)
+               no clipping, no noise
 ``dp-mtv``     :func:`dpmtv.build.build_task_vector` at ε, then    (ε, δ) for any number of
                :func:`dpmtv.inference.answer_queries`                  queries
 ``dp-icl:S``   per query, one answer per disjoint S-demonstration  (ε, δ) in total over the
@@ -44,6 +45,7 @@ from dpmtv.eval.generation import (
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompts import Prompt
+from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
 NON_PRIVATE_KINDS = ("icl", "mtv")
@@ -208,28 +210,93 @@ def _shots_details(shots: int, used: list[int], budget: int) -> dict[str, Any]:
 
 
 def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
-    return _task_vector_method(ctx, seed, epsilon=math.inf)
-
-
-def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
-    return _task_vector_method(ctx, seed, epsilon=epsilon)
-
-
-def _task_vector_method(ctx: MethodContext, seed: int, *, epsilon: float) -> MethodOutput:
-    """Build (noised unless ε = ∞) with the run's seeded partition and noise, then answer.
-
-    The build seed depends on the run seed only, so at one seed every ε shares the partition
-    and the standard-normal noise direction (common random numbers across ε)."""
-    from dpmtv.build import BuildSettings, build_task_vector
+    """MTV (Huang et al., NeurIPS 2024): the plain mean over chunks of the heads' last-token
+    outputs, with neither clipping nor noise, then answer with it."""
     from dpmtv.inference import answer_queries
 
     s = ctx.settings
+    vector, num_chunks = mtv_task_vector(ctx, seed)
+    answers = answer_queries(
+        ctx.loaded, ctx.queries(), vector=vector, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size
+    )
+    details = {"num_chunks": num_chunks, "shots_per_chunk": s.shots_per_chunk, "clipped": False}
+    return MethodOutput(_clean(answers), {**details, "noise": "none (non-private)"})
+
+
+def mtv_task_vector(ctx: MethodContext, seed: int) -> tuple[TaskVector, int]:
+    """The MTV vector and its number of chunks: the train pool shuffled (seeded), cut into
+    ``floor(N/s)`` chunks of ``s`` records, each a many-shot prompt; the mean of the heads'
+    outputs over the chunks. Labelled non-private (ε = ∞, no noise, no clip norm)."""
+    from dpmtv.build import DEFAULT_QUERY_QUESTION, chunk_prompt
+    from dpmtv.extract import mean_selected_heads
+
+    s, train, heads = ctx.settings, ctx.benchmark.train, _vector_heads(ctx)
+    order = np.random.default_rng(derive_seed(seed, "mtv")).permutation(len(train))
+    num_chunks = len(train) // s.shots_per_chunk
+    if num_chunks < 1:
+        raise ParameterError(f"mtv needs at least {s.shots_per_chunk} train records, got {len(train)}")
+    chunks = order[: num_chunks * s.shots_per_chunk].reshape(num_chunks, s.shots_per_chunk)
+    prompts = [
+        chunk_prompt([train[int(i)] for i in chunk], query="record", query_question=DEFAULT_QUERY_QUESTION)
+        for chunk in chunks
+    ]
+    means = mean_selected_heads(ctx.loaded.adapter, prompts, heads, batch_size=s.batch_size)
+    head_dim = ctx.loaded.adapter.geometry.head_dim
+    rows = np.concatenate([means[layer].reshape(-1, head_dim) for layer in heads.layers])  # (K, d)
+    metadata = _mtv_metadata(ctx, heads, num_chunks)
+    return TaskVector(heads=heads, values=rows.astype(np.float32), metadata=metadata), num_chunks
+
+
+def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> ArtifactMetadata:
+    from datetime import datetime, timezone
+
+    import dp_accounting
+
+    from dpmtv._version import __version__
+    from dpmtv.models.fingerprint import model_identity
+    from dpmtv.privacy import event_to_json
+
+    privacy = PrivacyMetadata(
+        private=False, epsilon=math.inf, delta=0.0, epsilon_spent=math.inf,
+        neighbouring_relation="replace-one", l2_clip_norm=[], l2_sensitivity=math.inf,
+        noise_std=0.0, noise_std_analytic=None, noise_std_sampler_map=None, noise_multiplier=0.0,
+        noise_sampler="none", secure_noise=False, num_chunks=num_chunks,
+        shots_per_chunk=ctx.settings.shots_per_chunk, num_records=len(ctx.benchmark.train),
+        num_unused_records=len(ctx.benchmark.train) - num_chunks * ctx.settings.shots_per_chunk,
+        accountant="none (MTV baseline: plain mean, no clipping, no noise)",
+        accounting_events=event_to_json(dp_accounting.NonPrivateDpEvent()),
+    )  # fmt: skip
+    return ArtifactMetadata(
+        library_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model=model_identity(ctx.loaded.adapter, ctx.loaded.name_or_path),
+        heads=heads.to_json(),
+        head_selection={"method": "user", "spec": ctx.head_spec},
+        prompt={"query": "record", "query_question": None, "center": "none", "format": "chat-template"},
+        privacy=privacy,
+    )
+
+
+def _vector_heads(ctx: MethodContext) -> HeadSet:
     if ctx.heads is None:
         raise ParameterError(
             "mtv and dp-mtv need a head set: pass --heads SPEC (public head selection, "
             "dpmtv.selection, is not available to the evaluation yet)"
         )
-    non_private = math.isinf(epsilon)
+    return ctx.heads
+
+
+def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
+    """Build with the run's seeded partition and noise, then answer.
+
+    The build seed depends on the run seed only, so at one seed every ε shares the partition
+    and the standard-normal noise direction (common random numbers across ε). Seeded noise makes
+    these builds experiments at the σ of (ε, δ), not private releases."""
+    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.inference import answer_queries
+
+    s = ctx.settings
+    heads = _vector_heads(ctx)
     settings = BuildSettings(
         epsilon=epsilon,
         delta=s.delta,
@@ -238,11 +305,10 @@ def _task_vector_method(ctx: MethodContext, seed: int, *, epsilon: float) -> Met
         batch_size=s.batch_size,
         insecure_seed=derive_seed(seed, "task-vector"),
         allow_insecure_seed=True,
-        non_private=non_private,
         head_selection={"method": "user", "spec": ctx.head_spec},
         progress=s.progress,
     )
-    result = build_task_vector(ctx.loaded, ctx.benchmark.train, ctx.heads, settings)
+    result = build_task_vector(ctx.loaded, ctx.benchmark.train, heads, settings)
     answers = answer_queries(
         ctx.loaded,
         ctx.queries(),
@@ -260,8 +326,8 @@ def _build_details(result) -> dict[str, Any]:
         "shots_per_chunk": p.shots_per_chunk,
         "l2_sensitivity": p.l2_sensitivity,
         "noise_std": p.noise_std,
-        "epsilon_spent": None if not p.private else p.epsilon_spent,
-        "noise": "seeded (experiment)" if p.private else "none (non-private)",
+        "epsilon_spent": p.epsilon_spent,
+        "noise": "seeded (experiment)",
         "warnings": list(result.warnings),
     }
 

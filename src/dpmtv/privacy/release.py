@@ -31,6 +31,7 @@ __all__ = [
     "GaussianReleasePlan",
     "NoisedVector",
     "add_gaussian_noise",
+    "calibrated_noise_std",
     "plan_gaussian_release",
     "release_without_noise",
 ]
@@ -47,11 +48,13 @@ class GaussianReleasePlan:
         noise_multiplier: ``σ_used / Δ``, the multiplier of the accounted Gaussian event.
         noise_std: ``σ_used``, the std actually drawn.
         noise_std_analytic: ``Δ·σ₁(ε, δ)`` of the analytic Gaussian (reference only).
-        noise_std_sampler_map: the std the sampler's own privacy map needs (OpenDP), else None.
+        noise_std_sampler_map: the std the sampler's own privacy map would need (OpenDP's zCDP
+            map; reference only, not used), else None.
         sampler: the sampler's name; ``sampler_secure`` whether it is secure.
         epsilon, delta: the target budget of the whole build.
         event: the accounted event (fixed events composed with the Gaussian release).
-        epsilon_spent: the PLD accountant's epsilon for ``event`` at ``delta`` (<= epsilon).
+        epsilon_spent: the PLD accountant's epsilon for ``event`` at ``delta`` minus the
+            sampler's reserved delta (<= epsilon).
     """
 
     l2_sensitivity: float | None
@@ -71,9 +74,16 @@ class GaussianReleasePlan:
             raise NumericalError(f"plan spends epsilon {self.epsilon_spent!r} > target {self.epsilon!r}")
 
     @property
-    def private(self) -> bool:
-        """False only for the explicitly non-private baseline."""
+    def noised(self) -> bool:
+        """Whether Gaussian noise is drawn (False only for the non-private baseline)."""
         return math.isfinite(self.epsilon)
+
+    @property
+    def private(self) -> bool:
+        """Whether the (epsilon, delta) guarantee holds: noised AND by a secure sampler. Seeded
+        noise can be regenerated from its recorded seed and subtracted, which recovers the exact
+        mean, so a seeded release carries NO guarantee even though it is noised."""
+        return self.noised and self.sampler_secure
 
     def to_metadata(self) -> dict[str, Any]:
         """A JSON-ready dict of the plan, the event in dp-accounting's serialisable form."""
@@ -88,8 +98,9 @@ class NoisedVector:
     """The released per-layer vectors (read-only float64) and the plan they were released under.
 
     ``noised`` is True for a Gaussian release and False for the non-private baseline, whose plan
-    has ``epsilon = inf``. Either way it cannot be noised again: :func:`add_gaussian_noise` takes
-    only an :class:`UnnoisedMean`.
+    has ``epsilon = inf``; ``private`` is the plan's (a seeded release is noised, not private).
+    Either way it cannot be noised again: :func:`add_gaussian_noise` takes only an
+    :class:`UnnoisedMean`.
     """
 
     layers: Mapping[int, np.ndarray]
@@ -98,7 +109,7 @@ class NoisedVector:
 
     @property
     def private(self) -> bool:
-        """Whether the release carries a finite (epsilon, delta) guarantee."""
+        """Whether the release carries its (epsilon, delta) guarantee (see the plan's)."""
         return self.plan.private
 
 
@@ -112,23 +123,21 @@ def plan_gaussian_release(
 ) -> GaussianReleasePlan:
     """Choose the noise std for a release of sensitivity ``Δ`` within (epsilon, delta).
 
-    ``σ_cal = Δ · calibrate_gaussian_noise_multiplier(ε, δ, fixed_events)`` (PLD accountant over
-    the whole build). If the sampler has its own privacy map (OpenDP), ``σ_map`` is the smallest
-    std that map certifies for the release; the plan uses ``σ_used = max(σ_cal, σ_map)`` and
-    reports both, so both analyses certify the release. The accounted event is the Gaussian with
-    multiplier ``σ_used / Δ`` (composed with ``fixed_events``); as the accounted epsilon decreases
-    in the multiplier, it is never above the target, and ``epsilon_spent`` records it.
-    ``σ_analytic = Δ · σ₁(ε, δ)`` (Balle & Wang) is kept for reference: without fixed events
-    ``σ_cal`` is within ~1e-6 relative of it, and never below it.
+    ``σ = Δ · calibrate_gaussian_noise_multiplier(ε, δ, fixed_events, reserved_delta=r)``: the
+    PLD accountant over the whole build at ``δ − r``, where ``r = sampler.reserved_delta(δ)`` is
+    what the sampler keeps for its own deviation from the continuous Gaussian (OpenDP's discrete
+    Gaussian: ``δ·2^-40``, :func:`dpmtv.privacy.noise.discrete_gaussian_delta_log2`; 0 for the
+    continuous samplers), checked to cover it at this σ. The accounted event is the Gaussian with
+    multiplier ``σ / Δ`` (composed with ``fixed_events``); ``epsilon_spent`` is the accountant's
+    epsilon for it at ``δ − r`` (<= the target). For reference only: ``σ_analytic = Δ·σ₁(ε, δ)``
+    (Balle & Wang; without fixed events σ is within ~1e-6 relative of it and never below it) and
+    ``σ_map``, the std the sampler's own privacy map would need (OpenDP's zCDP map).
     """
     delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
-    multiplier = calibrate_gaussian_noise_multiplier(epsilon=epsilon, delta=delta, fixed_events=fixed_events)
+    multiplier, noise_std, reserved = _calibrate(delta_l2, epsilon, delta, sampler, fixed_events)
     sampler_map = sampler.privacy_map_noise_std(
         l2_sensitivity=delta_l2, epsilon=float(epsilon), delta=float(delta)
     )
-    if sampler_map is not None:
-        multiplier = max(multiplier, sampler_map / delta_l2)
-    noise_std = _std_at_least(multiplier, delta_l2)
     event = _compose(fixed_events, gaussian_release_event(noise_multiplier=multiplier))
     return GaussianReleasePlan(
         l2_sensitivity=delta_l2,
@@ -141,8 +150,39 @@ def plan_gaussian_release(
         epsilon=float(epsilon),
         delta=float(delta),
         event=event,
-        epsilon_spent=epsilon_of(event, delta=float(delta)),
+        epsilon_spent=epsilon_of(event, delta=float(delta) - reserved),
     )
+
+
+def calibrated_noise_std(
+    *,
+    l2_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    sampler: NoiseSampler,
+    fixed_events: Sequence[dp_accounting.DpEvent] = (),
+) -> float:
+    """The noise std :func:`plan_gaussian_release` draws for these numbers (and nothing else of
+    the plan): what a loaded artifact's ``noise_std`` must equal."""
+    delta_l2 = check_positive("l2_sensitivity", l2_sensitivity)
+    return _calibrate(delta_l2, epsilon, delta, sampler, fixed_events)[1]
+
+
+def _calibrate(
+    delta_l2: float,
+    epsilon: float,
+    delta: float,
+    sampler: NoiseSampler,
+    fixed_events: Sequence[dp_accounting.DpEvent],
+) -> tuple[float, float, float]:
+    """(multiplier, noise std, reserved delta): the one computation of the release's σ."""
+    reserved = sampler.reserved_delta(delta=float(delta))
+    multiplier = calibrate_gaussian_noise_multiplier(
+        epsilon=epsilon, delta=delta, fixed_events=fixed_events, reserved_delta=reserved
+    )
+    noise_std = _std_at_least(multiplier, delta_l2)
+    sampler.check_reserved_delta(noise_std=noise_std, epsilon=float(epsilon), reserved_delta=reserved)
+    return multiplier, noise_std, reserved
 
 
 def add_gaussian_noise(
@@ -155,7 +195,7 @@ def add_gaussian_noise(
         ParameterError: the sampler is not the planned one, or the plan is non-private.
     """
     _check_unnoised(mean)
-    if not plan.private or plan.noise_std <= 0:
+    if not plan.noised or plan.noise_std <= 0:
         raise ParameterError("a non-private plan cannot be used for a noisy release")
     if sampler.name != plan.sampler:
         raise ParameterError(f"the plan is for sampler {plan.sampler!r}, got {sampler.name!r}")
