@@ -81,9 +81,8 @@ from dpmtv.errors import ParameterError
 @click.option(
     "--neighbouring-relation",
     type=click.Choice(["replace-one", "add-remove-one"]),
-    default="replace-one",
-    show_default=True,
-    help="replace-one: N is public. add-remove-one: needs record ids and --num-chunks.",
+    help="replace-one (default for --privacy-unit record): N is public. add-remove-one (the "
+    "default, and the only choice, for --privacy-unit user): needs record ids and --num-chunks.",
 )
 @click.option(
     "--num-chunks", type=int, help="Public, fixed m (required for add-remove-one and --privacy-unit user)."
@@ -93,12 +92,18 @@ from dpmtv.errors import ParameterError
     type=click.Choice(["record", "user"]),
     default="record",
     show_default=True,
-    help="record: the guarantee is per record. user: per user — records need 'user_id', each user's "
-    "records go to one chunk (keyed hash, fresh key per build) and are capped at "
-    "--max-records-per-user (the excess is dropped, with a count shown); needs --num-chunks.",
+    help="record: the guarantee is per record. user: per user (add/remove one user) — records need "
+    "'user_id', each user's records go to one chunk (keyed hash, fresh key per build) and are "
+    "capped at --max-records-per-user (the excess is dropped); needs --num-chunks.",
 )
 @click.option(
     "--max-records-per-user", type=int, help="Public cap on a user's records (--privacy-unit user)."
+)
+@click.option(
+    "--show-private-counts",
+    is_flag=True,
+    help="Print N, the number of users and the records dropped by the cap, which are private under "
+    "add-remove-one and user level (printed only: never stored in the artifact or ledger).",
 )
 @click.option(
     "--dataset",
@@ -137,7 +142,9 @@ from dpmtv.errors import ParameterError
     "--insecure-seeded-noise",
     "insecure_seed",
     type=int,
-    help="INSECURE: seed the noise and partition (experiments only; recorded in the artifact).",
+    help="INSECURE: seed every random choice — partition, per-user caps, private selection and "
+    "noise — so that builds on neighbouring datasets differ only by the data (experiments and "
+    "audits only; recorded in the artifact).",
 )
 @click.option(
     "--non-private",
@@ -174,6 +181,7 @@ def command(
     select_pool,
     privacy_unit,
     max_records_per_user,
+    show_private_counts,
     dataset,
     ledger_path,
 ):
@@ -222,6 +230,7 @@ def command(
         num_chunks=num_chunks,
         privacy_unit=privacy_unit,
         max_records_per_user=max_records_per_user,
+        show_private_counts=show_private_counts,
         query=query,
         query_question=query_question,
         center=center,
@@ -286,8 +295,8 @@ def _ledger_charge(ledger, settings, loaded, out):
         "l2_clip_norm": list(settings.l2_clip_norm),
         "shots_per_chunk": settings.shots_per_chunk,
         "num_chunks": settings.num_chunks,
-        "neighbouring_relation": settings.neighbouring_relation,
-        "privacy_unit": settings.privacy_unit,
+        "neighbouring_relation": settings.relation.value,
+        "privacy_unit": settings.privacy_unit.value,
         "noise_sampler": settings.noise_sampler,
         "model": loaded.name_or_path,
         "head_selection": settings.head_selection,
