@@ -72,6 +72,7 @@ from dpmtv.vector import TaskVector, save_task_vector
 __all__ = [
     "DEFAULT_QUERY_QUESTION",
     "BuildResult",
+    "BuildLayout",
     "BuildSettings",
     "Centring",
     "PrivateSelectionSettings",
@@ -79,6 +80,8 @@ __all__ = [
     "build_task_vector",
     "chunk_prompt",
     "iter_clipped_chunks",
+    "plan_layout",
+    "reference_activations",
 ]
 
 @dataclass(frozen=True)
@@ -110,36 +113,24 @@ def build_task_vector(
     """
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
-    relation = settings.relation
     sampler = make_sampler(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
     )
-    chunked = partition_records(
-        records,
-        unit=settings.privacy_unit,
-        relation=relation,
-        shots_per_chunk=settings.shots_per_chunk,
-        num_chunks=settings.num_chunks,
-        max_records_per_user=settings.max_records_per_user,
-        insecure_seed=settings.insecure_seed,
-    )
+    layout = plan_layout(loaded, records, heads, settings)
+    chunked, release_part, clip_norms = layout.chunked, layout.release_part, layout.l2_clip_norms
+    sensitivity, partition = layout.l2_sensitivity, chunked.partition
     notes += _count_notes(chunked, settings)
-    partition = chunked.partition
-    selection_part, release_part = _split_for_selection(partition, settings)
     selection_plan = _plan_selection(settings)
-    candidate_layers = heads.layers if heads is not None else _pool(settings, geometry).layers
-    clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
-    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, relation)
     plan = _plan_release(settings, sensitivity, sampler, selection_plan)  # None: non-private
     charge = _ChargeOnce(before_noise, _build_event(plan, selection_plan))
 
     head_selection = settings.head_selection
     if heads is None:
         charge()
-        selection = _select_privately(loaded, records, selection_part, settings, selection_plan)
+        selection = _select_privately(loaded, records, layout.selection_part, settings, selection_plan)
         heads, head_selection = selection.heads, selection.to_metadata()
 
-    reference = _reference(loaded, heads, settings)
+    reference = reference_activations(loaded, heads, settings)
     accumulator = ClippedSumAccumulator(_layer_dims(loaded, heads))
     for clipped in iter_clipped_chunks(loaded, records, release_part, heads, settings, reference, clip_norms):
         accumulator.add(clipped)
@@ -171,6 +162,43 @@ def build_task_vector(
     return BuildResult(
         vector, path, partition.num_unused, tuple(notes), charge.event if charge.done else None
     )
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """What a build fixes before it reads any private value: the partition (with its private
+    counts), the selection and release chunks, the clip norms and the release's Δ.
+
+    :func:`build_task_vector` and the sensitivity audit (:mod:`dpmtv.audit.sensitivity`) both
+    get it from :func:`plan_layout`, so the audit measures the build's own wiring and Δ."""
+
+    chunked: PrivatePartition
+    selection_part: Partition
+    release_part: Partition
+    l2_clip_norms: dict[int, float]
+    l2_sensitivity: float
+
+
+def plan_layout(
+    loaded: LoadedModel, records: Sequence[Record], heads: HeadSet | None, settings: BuildSettings
+) -> BuildLayout:
+    """Partition ``records`` for the settings' privacy unit and relation, split the chunks for
+    private selection, and compute Δ over the released (or candidate) layers."""
+    chunked = partition_records(
+        records,
+        unit=settings.privacy_unit,
+        relation=settings.relation,
+        shots_per_chunk=settings.shots_per_chunk,
+        num_chunks=settings.num_chunks,
+        max_records_per_user=settings.max_records_per_user,
+        insecure_seed=settings.insecure_seed,
+    )
+    selection_part, release_part = _split_for_selection(chunked.partition, settings)
+    geometry = loaded.adapter.geometry
+    candidate_layers = heads.layers if heads is not None else _pool(settings, geometry).layers
+    clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
+    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, settings.relation)
+    return BuildLayout(chunked, selection_part, release_part, clip_norms, sensitivity)
 
 
 def iter_clipped_chunks(
@@ -327,7 +355,9 @@ def _select_privately(loaded, records, selection_part, settings, selection_plan)
     )
 
 
-def _reference(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, np.ndarray]:
+def reference_activations(
+    loaded: LoadedModel, heads: HeadSet, settings: BuildSettings
+) -> dict[int, np.ndarray]:
     """Public centring reference per layer (zero when not centring)."""
     if settings.center is Centring.NONE:
         return {layer: np.zeros(dim) for layer, dim in _layer_dims(loaded, heads).items()}
