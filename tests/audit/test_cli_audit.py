@@ -59,3 +59,20 @@ def test_model_mode(runner, tmp_path, tiny_llava_path, records_file):
 def test_bad_options(runner, tmp_path, extra, message):
     result = runner.invoke(main, ["audit", "--out", str(tmp_path), "--quiet", *extra])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_sensitivity_audit_on_the_model_writes_its_table(runner, tmp_path, tiny_llava_path):
+    from tests.test_build_user_level import write_user_records
+
+    data = write_user_records(tmp_path / "users", heavy_seed=0)
+    out = tmp_path / "sens"
+    args = ["audit", "--sensitivity", "--model", str(tiny_llava_path), "--data", str(data)]
+    args += ["--heads", "layers:0", "--l2-clip-norm", "0.001", "--shots-per-chunk", "4"]
+    args += ["--privacy-unit", "user", "--num-chunks", "16", "--max-records-per-user", "2"]
+    result = runner.invoke(main, [*args, "--partitions", "1", "--neighbours", "2", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "sensitivity.json").read_text())
+    assert report["privacy_unit"] == "user" and report["neighbouring_relation"] == "add-remove-one"
+    assert {row["change"] for row in report["summary"]} == {"add", "remove"}
+    assert all(row["violations"] == 0 and row["worst_ratio"] <= 1 for row in report["summary"])
+    assert "sensitivity audit" in result.output
