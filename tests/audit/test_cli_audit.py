@@ -24,6 +24,10 @@ def test_synthetic_audit_writes_json_markdown_and_plot(runner, tmp_path):
     assert report["mode"] == "synthetic" and report["violation"] is False
     assert [p["epsilon_claimed"] for p in report["points"]] == [1.0, 4.0]
     assert report["settings"]["trials"] == 200 and report["confidence"] == 0.95
+    # family-wise over the two claims: each bound at 1 - 0.05/2 (Bonferroni)
+    assert report["multiple_testing_correction"] == "bonferroni"
+    assert report["per_point_confidence"] == pytest.approx(0.975)
+    assert all(p["confidence"] == pytest.approx(0.975) for p in report["points"])
     assert "| ε claim | ε lower |" in (out / "audit.md").read_text()
     assert (out / "audit.png").read_bytes()[:4] == b"\x89PNG"
     assert "privacy audit" in result.output

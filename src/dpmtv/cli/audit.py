@@ -30,7 +30,15 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     help="Claimed ε values to audit.",
 )
 @click.option("--delta", type=float, default=1e-5, show_default=True)
-@click.option("--confidence", type=float, default=0.95, show_default=True, help="Of the lower bound.")
+@click.option(
+    "--confidence",
+    type=float,
+    default=0.95,
+    show_default=True,
+    help="Family-wise confidence over all --epsilons: each lower bound is computed at "
+    "1 − (1 − confidence)/K for K values (Bonferroni), so no correct claim is flagged with "
+    "probability >= confidence.",
+)
 @click.option(
     "--mechanism",
     type=click.Choice(["correct", "small-noise", "no-clip"]),
@@ -91,7 +99,7 @@ def command(**options):
     else:
         points, settings = _model(options)
         mode = "model"
-    report = AuditReport(mode, tuple(points), settings)
+    report = AuditReport(mode, tuple(points), settings, family_confidence=options["confidence"])
     paths = report.write(options["out"])
     _print(report)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
@@ -107,13 +115,17 @@ def _common(options) -> dict:
     from dpmtv.audit import MECHANISMS
     from dpmtv.errors import ParameterError
 
+    from dpmtv.audit.report import bonferroni_confidence
+
     if options["trials"] < 20:
         raise ParameterError(f"--trials must be >= 20, got {options['trials']}")
+    if not 0 < options["confidence"] < 1:
+        raise ParameterError(f"--confidence must be in (0, 1), got {options['confidence']}")
     return {
         "delta": options["delta"],
         "trials": options["trials"],
         "mechanism": MECHANISMS[options["mechanism"]],
-        "confidence": options["confidence"],
+        "confidence": bonferroni_confidence(options["confidence"], len(options["epsilons"])),
     }
 
 
@@ -240,7 +252,9 @@ def _public(options, common) -> dict:
     return {
         "trials": common["trials"],
         "delta": common["delta"],
-        "confidence": common["confidence"],
+        "confidence": options["confidence"],
+        "per_point_confidence": common["confidence"],
+        "multiple_testing_correction": f"bonferroni over {len(options['epsilons'])} ε values",
         "mechanism": options["mechanism"],
         "seed": options["seed"],
         "noise_sampler": "seeded-numpy" if options["seed"] is not None else "csprng-numpy",
