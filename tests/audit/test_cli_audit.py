@@ -44,11 +44,14 @@ def test_model_mode(runner, tmp_path, tiny_llava_path, records_file):
     out = tmp_path / "audit"
     args = ["audit", "--model", str(tiny_llava_path), "--data", str(records_file), "--heads", "layers:0"]
     args += ["--l2-clip-norm", "0.5", "--shots-per-chunk", "4", "--trials", "100", "--epsilons", "2"]
+    args += ["--power-repetitions", "2"]
     result = runner.invoke(main, [*args, "--out", str(out), "--seed", "0", "--quiet"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "audit.json").read_text())
     assert report["mode"] == "model" and report["settings"]["num_chunks"] == 6
-    assert report["settings"]["canary"]["position"] in {"first-record", "last-record"}
+    assert report["settings"]["canary"]["position"] in {"first-record", "record-1", "record-2", "last-record"}
+    (power,) = report["settings"]["canary_power"]
+    assert power["trials"] == 10_000 and set(power["flag_rate_by_sigma_fraction"]) >= {"1", "0.5"}
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,13 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--seed", type=int, help="Reproducible audit (seeds trials and partition; not a release).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
+@click.option(
+    "--power-repetitions",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Model mode: simulated audits per σ fraction when reporting the canary's power at 10⁴ trials.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(**options):
     """Estimate ε_lower, a confident empirical lower bound on the release's privacy loss, and
@@ -102,6 +109,13 @@ def command(**options):
     report = AuditReport(mode, tuple(points), settings, family_confidence=options["confidence"])
     paths = report.write(options["out"])
     _print(report)
+    for power in settings.get("canary_power", ()):
+        caught = power["largest_fraction_flagged"]
+        console.print(
+            f"canary power at ε = {power['epsilon_claimed']:g}, 10⁴ trials: "
+            + (f"flags a release with σ × {caught:g} or less" if caught else "flags no σ fraction tried"),
+            highlight=False,
+        )
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
     if report.violations:
         err_console.print(
@@ -158,7 +172,7 @@ def _synthetic(options):
 
 
 def _model(options):
-    from dpmtv.audit.model import audit_model, model_chunk_vectors
+    from dpmtv.audit.model import audit_model, canary_power, model_chunk_vectors
     from dpmtv.data import load_records
     from dpmtv.errors import ParameterError
     from dpmtv.heads import parse_head_spec
@@ -194,6 +208,19 @@ def _model(options):
         "l2_clip_norm": [clip[layer] for layer in heads.layers],
         "query": options["query"],
         "canary": canary.describe(),
+        "canary_power": [
+            canary_power(
+                canary,
+                l2_clip_norms=clip,
+                epsilon=epsilon,
+                delta=common["delta"],
+                confidence=common["confidence"],
+                trials=10_000,
+                repetitions=options["power_repetitions"],
+                seed=options["seed"],
+            )
+            for epsilon in options["epsilons"]
+        ],
     }
     return points, {**settings, **_public(options, common)}
 
