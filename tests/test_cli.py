@@ -223,6 +223,11 @@ def test_build_charges_the_ledger_and_refuses_beyond_the_budget(
     assert len(shown["charges"]) == 1 and shown["charges"][0]["artifact"] == str(first)
 
 
+def _words(result) -> str:
+    """The output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
 def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
     from tests.conftest import write_records
 
@@ -243,7 +248,20 @@ def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
     ]
     result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "records beyond --max-records-per-user were dropped" in result.output
+    # 24 records of 5 users, 4-5 each, capped at 3: 9 dropped. Private: printed only when asked.
+    assert "records of 5 users" not in result.output and "9 records" not in result.output
+    assert "--show-private-counts" in result.output
+    shown = runner.invoke(main, [*args, "--show-private-counts"])
+    assert shown.exit_code == 0, shown.output
+    assert "24 records of 5 users; 9 records beyond --max-records-per-user were dropped" in _words(shown)
+    # δ is compared with the number of users (1/5), not of records (1/24), and the warning names
+    # the count only when asked.
+    large_delta = [*args[: args.index("--delta") + 1], "0.3", *args[args.index("--delta") + 2 :]]
+    warned = runner.invoke(main, large_delta)
+    assert warned.exit_code == 0, warned.output
+    assert "1/#users" in _words(warned) and "5 users" not in _words(warned)
+    warned = runner.invoke(main, [*large_delta, "--show-private-counts"])
+    assert "for 5 users" in _words(warned)
     privacy = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)["privacy"]
     assert privacy["privacy_unit"] == "user" and privacy["neighbouring_relation"] == "add-remove-one"
     assert (

@@ -7,7 +7,8 @@ from typing import Any
 
 from dpmtv._version import __version__
 from dpmtv.models.fingerprint import model_identity
-from dpmtv.privacy import NeighbouringRelation, event_to_json
+from dpmtv.privacy import PrivatePartition, event_to_json
+from dpmtv.settings import QueryKind
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
 ACCOUNTANT_DESCRIPTION = (
@@ -19,16 +20,20 @@ ACCOUNTANT_DESCRIPTION = (
 
 
 def artifact_metadata(
-    loaded, heads, settings, plan, clip_norms, partition, num_records, relation, head_selection
+    loaded, heads, settings, plan, clip_norms, partition, chunked: PrivatePartition, head_selection
 ) -> ArtifactMetadata:
-    replace_one = relation is NeighbouringRelation.REPLACE_ONE
+    """``partition``: the release's chunks (a half with parallel selection); ``chunked``: the
+    build's whole partition, whose counts are stored only where they are public (replace-one).
+    Every field, and why it is public: ``docs/design.md``, "Artifact metadata"."""
+    relation = chunked.relation
+    replace_one = chunked.counts_are_public
     privacy = PrivacyMetadata(
         private=plan.private,
         epsilon=plan.epsilon,
         delta=plan.delta,
         epsilon_spent=plan.epsilon_spent,
         neighbouring_relation=relation.value,
-        privacy_unit=settings.privacy_unit,
+        privacy_unit=settings.privacy_unit.value,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
         l2_sensitivity=plan.l2_sensitivity,
         noise_std=plan.noise_std,
@@ -40,7 +45,7 @@ def artifact_metadata(
         insecure_seed=settings.insecure_seed,
         num_chunks=partition.num_chunks,
         shots_per_chunk=settings.shots_per_chunk,
-        num_records=num_records if replace_one else None,
+        num_records=chunked.num_records if replace_one else None,
         num_unused_records=partition.num_unused if replace_one else None,
         accountant=ACCOUNTANT_DESCRIPTION,
         accounting_events=event_to_json(plan.event),
@@ -57,9 +62,10 @@ def artifact_metadata(
 
 
 def prompt_metadata(settings) -> dict[str, Any]:
+    """The prompt's public kinds; public file paths are not stored (they may name people)."""
     return {
-        "query": settings.query if settings.query in ("record", "blank") else "public-image",
-        "query_question": settings.query_question if settings.query != "record" else None,
-        "center": settings.center if settings.center in ("none", "blank") else "public-records",
+        "query": settings.query.value,
+        "query_question": settings.query_question if settings.query is not QueryKind.RECORD else None,
+        "center": settings.center.value,
         "format": "chat-template",
     }

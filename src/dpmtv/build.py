@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import dp_accounting
@@ -42,13 +42,14 @@ from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import (
     ClippedSumAccumulator,
-    NeighbouringRelation,
     Partition,
+    PrivacyUnit,
+    PrivatePartition,
     clip_l2_per_layer,
+    derive_insecure_seed,
     l2_sensitivity,
     make_sampler,
     parse_l2_clip_norms,
-    parse_relation,
     seeded_rng,
     validate_epsilon_delta,
 )
@@ -61,57 +62,29 @@ from dpmtv.privacy.release import (
 )
 from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
 from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.settings import (
+    DEFAULT_QUERY_QUESTION,
+    BuildSettings,
+    Centring,
+    PrivateSelectionSettings,
+    QueryKind,
+)
 from dpmtv.vector import TaskVector, save_task_vector
 
 __all__ = [
+    "DEFAULT_QUERY_QUESTION",
     "BuildResult",
+    "BuildLayout",
     "BuildSettings",
+    "Centring",
     "PrivateSelectionSettings",
+    "QueryKind",
     "build_task_vector",
     "chunk_prompt",
     "iter_clipped_chunks",
+    "plan_layout",
+    "reference_activations",
 ]
-
-DEFAULT_QUERY_QUESTION = "What is the answer?"
-
-
-@dataclass(frozen=True)
-class PrivateSelectionSettings:
-    """Private head selection inside the build (SPEC §5): each chunk votes for its top-k' heads,
-    a one-shot noisy top-k picks ``k``. ``composition``: "sequential" (selection and release on
-    all chunks, the budget split by ``selection_fraction``) or "parallel" (disjoint halves of
-    the chunks, each step at the full budget, but each with m/2 chunks)."""
-
-    k: int
-    selection_fraction: float = 0.5
-    composition: str = "sequential"
-    max_votes_per_chunk: int | None = None
-    pool: str = "all"  # public head spec of the candidates
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """Everything a build needs besides the model, the records and the head set."""
-
-    epsilon: float
-    delta: float
-    l2_clip_norm: tuple[float, ...]  # one value, or one per released layer (per pool layer)
-    shots_per_chunk: int  # records per chunk (s); with query="record" s-1 are demonstrations
-    neighbouring_relation: str = "replace-one"
-    num_chunks: int | None = None  # public m, required for add-remove-one and user level
-    privacy_unit: str = "record"  # "record" | "user" (add/remove one user, records capped)
-    max_records_per_user: int | None = None  # public cap, required for user level
-    query: str = "record"  # "record" | "blank" | path of a public query image
-    query_question: str = DEFAULT_QUERY_QUESTION  # public; used with blank/public queries
-    center: str = "none"  # "none" | "blank" | path of public records
-    batch_size: int = 4
-    noise_sampler: str = "opendp"
-    insecure_seed: int | None = None
-    allow_insecure_seed: bool = False
-    non_private: bool = False
-    private_selection: PrivateSelectionSettings | None = None
-    head_selection: dict = field(default_factory=lambda: {"method": "user"})
-    progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -146,37 +119,24 @@ def build_task_vector(
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
     check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
-    relation = _relation(settings)
     sampler = make_sampler(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
     )
-    partition = partition_records(
-        records,
-        relation=relation,
-        shots_per_chunk=settings.shots_per_chunk,
-        num_chunks=settings.num_chunks,
-        insecure_seed=settings.insecure_seed,
-    )
-    if settings.privacy_unit == "user":
-        notes.append(
-            f"user level: {partition.num_unused} records beyond --max-records-per-user were dropped "
-            "(a private count: shown to you, never stored)"
-        )
-    selection_part, release_part = _split_for_selection(partition, settings)
+    layout = plan_layout(loaded, records, heads, settings)
+    chunked, release_part, clip_norms = layout.chunked, layout.release_part, layout.l2_clip_norms
+    sensitivity, partition = layout.l2_sensitivity, chunked.partition
+    notes += _count_notes(chunked, settings)
     selection_plan = _plan_selection(settings)
-    candidate_layers = heads.layers if heads is not None else _pool(settings, geometry).layers
-    clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
-    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, relation)
     plan = _plan_release(settings, sensitivity, sampler, selection_plan)  # None: non-private
     charge = _ChargeOnce(before_noise, _build_event(plan, selection_plan))
 
     head_selection = settings.head_selection
     if heads is None:
         charge()
-        selection = _select_privately(loaded, records, selection_part, settings, selection_plan)
+        selection = _select_privately(loaded, records, layout.selection_part, settings, selection_plan)
         heads, head_selection = selection.heads, selection.to_metadata()
 
-    reference = _reference(loaded, heads, settings)
+    reference = reference_activations(loaded, heads, settings)
     accumulator = ClippedSumAccumulator(_layer_dims(loaded, heads))
     for clipped in iter_clipped_chunks(loaded, records, release_part, heads, settings, reference, clip_norms):
         accumulator.add(clipped)
@@ -199,16 +159,52 @@ def build_task_vector(
             noised.plan,
             clip_norms,
             release_part,
-            len(records),
-            relation,
+            chunked,
             head_selection,
         ),
-        reference=None if settings.center == "none" else reference_rows.astype(np.float32),
+        reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
     )
     path = save_task_vector(vector, out) if out is not None else None
     return BuildResult(
         vector, path, partition.num_unused, tuple(notes), charge.event if charge.done else None
     )
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """What a build fixes before it reads any private value: the partition (with its private
+    counts), the selection and release chunks, the clip norms and the release's Δ.
+
+    :func:`build_task_vector` and the sensitivity audit (:mod:`dpmtv.audit.sensitivity`) both
+    get it from :func:`plan_layout`, so the audit measures the build's own wiring and Δ."""
+
+    chunked: PrivatePartition
+    selection_part: Partition
+    release_part: Partition
+    l2_clip_norms: dict[int, float]
+    l2_sensitivity: float
+
+
+def plan_layout(
+    loaded: LoadedModel, records: Sequence[Record], heads: HeadSet | None, settings: BuildSettings
+) -> BuildLayout:
+    """Partition ``records`` for the settings' privacy unit and relation, split the chunks for
+    private selection, and compute Δ over the released (or candidate) layers."""
+    chunked = partition_records(
+        records,
+        unit=settings.privacy_unit,
+        relation=settings.relation,
+        shots_per_chunk=settings.shots_per_chunk,
+        num_chunks=settings.num_chunks,
+        max_records_per_user=settings.max_records_per_user,
+        insecure_seed=settings.insecure_seed,
+    )
+    selection_part, release_part = _split_for_selection(chunked.partition, settings)
+    geometry = loaded.adapter.geometry
+    candidate_layers = heads.layers if heads is not None else _pool(settings, geometry).layers
+    clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
+    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, settings.relation)
+    return BuildLayout(chunked, selection_part, release_part, clip_norms, sensitivity)
 
 
 def iter_clipped_chunks(
@@ -227,7 +223,7 @@ def iter_clipped_chunks(
         records,
         partition,
         shots_per_chunk=settings.shots_per_chunk,
-        query=settings.query,
+        query=settings.query_source,
         query_question=settings.query_question,
     )
     with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
@@ -260,25 +256,42 @@ class _ChargeOnce:
 def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet | None) -> list[str]:
     if not records:
         raise RecordError("no records to build from")
-    if settings.batch_size < 1:
-        raise ParameterError(f"batch_size must be >= 1, got {settings.batch_size}")
     if (heads is None) == (settings.private_selection is None):
         raise ParameterError("give either a head set or private selection settings, not both or neither")
     if settings.non_private:
-        if settings.private_selection is not None:
-            raise ParameterError("private head selection makes no sense in a non-private build")
         return ["NON-PRIVATE build: no noise is added and no privacy guarantee holds"]
-    notes = validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta, num_records=len(records))
-    for note in notes:
-        warnings.warn(note, stacklevel=3)
+    validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)
+    return []
+
+
+def _count_notes(chunked: PrivatePartition, settings: BuildSettings) -> list[str]:
+    """Notes that depend on the private data's size, for the operator only (never stored).
+
+    δ is compared with the number of protected units (records, or users at user level): a
+    δ >= 1/#units permits releasing one unit's data outright. Under add-remove-one and user level
+    the counts are private, so a note names them only with ``show_private_counts``.
+    """
+    show = settings.show_private_counts or chunked.counts_are_public
+    user = settings.privacy_unit is PrivacyUnit.USER
+    units, name = chunked.num_protected_units, "users" if user else "records"
+    notes = []
+    if not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
+        count = (
+            f" = {1.0 / units:g} for {units} {name}" if show else f" (--show-private-counts shows #{name})"
+        )
+        notes.append(
+            f"delta = {settings.delta:g} is >= 1/#{name}{count}; such a delta permits leaking one "
+            f"of the {name} outright; choose delta well below 1/#{name}"
+        )
+        warnings.warn(notes[-1], stacklevel=3)
+    if user:
+        notes.append(
+            f"user level: {chunked.describe_counts()} (private counts: shown to you, never stored)"
+            if settings.show_private_counts
+            else "user level: records beyond --max-records-per-user are dropped; how many is a "
+            "private count (--show-private-counts shows it; it is never stored)"
+        )
     return notes
-
-
-def _relation(settings: BuildSettings) -> NeighbouringRelation:
-    """User level is add/remove one user (users are hashed into a public number of chunks)."""
-    if settings.privacy_unit == "user":
-        return NeighbouringRelation.ADD_REMOVE_ONE
-    return parse_relation(settings.neighbouring_relation)
 
 
 def _split_for_selection(partition: Partition, settings: BuildSettings) -> tuple[Partition, Partition]:
@@ -343,15 +356,16 @@ def _build_event(plan: GaussianReleasePlan | None, selection_plan: PrivateSelect
 
 def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
     """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
-    center = {} if settings.center in ("none", "blank") else {"--center": settings.center}
-    query = {} if settings.query in ("record", "blank") else {"--query": settings.query}
+    center = {"--center": str(settings.center_records)} if settings.center is Centring.PUBLIC_RECORDS else {}
+    query = {"--query": str(settings.query_image)} if settings.query is QueryKind.PUBLIC_IMAGE else {}
     return {"public_records": center, "public_images": query}
 
 
 def _select_privately(loaded, records, selection_part, settings, selection_plan):
     from dpmtv.selection.private import select_private  # the selection package imports build's pieces
 
-    rng = seeded_rng(settings.insecure_seed) if settings.insecure_seed is not None else None
+    seed = settings.insecure_seed
+    rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(
         loaded,
         chunk_records(records, selection_part, settings.shots_per_chunk),
@@ -363,17 +377,19 @@ def _select_privately(loaded, records, selection_part, settings, selection_plan)
     )
 
 
-def _reference(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, np.ndarray]:
+def reference_activations(
+    loaded: LoadedModel, heads: HeadSet, settings: BuildSettings
+) -> dict[int, np.ndarray]:
     """Public centring reference per layer (zero when not centring)."""
-    if settings.center == "none":
+    if settings.center is Centring.NONE:
         return {layer: np.zeros(dim) for layer, dim in _layer_dims(loaded, heads).items()}
-    if settings.center == "blank":
+    if settings.center is Centring.BLANK:
         prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
     else:
-        public, question = load_records(settings.center), settings.query_question
+        public, question = load_records(settings.center_records), settings.query_question
         size = max(1, min(settings.shots_per_chunk, len(public)))
         prompts = [
-            chunk_prompt(public[start : start + size], query=settings.query, query_question=question)
+            chunk_prompt(public[start : start + size], query=settings.query_source, query_question=question)
             for start in range(0, len(public) - size + 1, size)
         ]
     return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)

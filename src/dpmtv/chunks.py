@@ -16,65 +16,50 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.privacy import (
     NeighbouringRelation,
     Partition,
-    fresh_partition_key,
-    partition_add_remove_one,
-    partition_replace_one,
-    secure_rng,
-    seeded_rng,
+    PrivacyUnit,
+    PrivatePartition,
+    partition_private_records,
 )
-from dpmtv.privacy.user_level import partition_by_user
 from dpmtv.prompts import Example, Prompt, blank_image
 
 
 def partition_records(
     records: Sequence[Record],
     *,
+    unit: PrivacyUnit,
     relation: NeighbouringRelation,
     shots_per_chunk: int,
     num_chunks: int | None,
+    max_records_per_user: int | None,
     insecure_seed: int | None,
-    privacy_unit: str = "record",
-    max_records_per_user: int | None = None,
-) -> Partition:
-    """The build's partition: a fresh random permutation (replace-one), a keyed hash of record
-    ids (add-remove-one) or of user ids (privacy unit "user", each user's records capped) into a
-    public number of chunks. None of it is stored anywhere."""
-    if privacy_unit == "user":
-        return _partition_by_user(records, num_chunks, max_records_per_user).partition
-    if privacy_unit != "record":
-        raise ParameterError(f"privacy unit must be 'record' or 'user', got {privacy_unit!r}")
-    if relation is NeighbouringRelation.REPLACE_ONE:
-        rng = seeded_rng(insecure_seed) if insecure_seed is not None else secure_rng()
-        return partition_replace_one(len(records), shots_per_chunk=shots_per_chunk, rng=rng)
-    if num_chunks is None:
-        raise ParameterError(
-            "add-remove-one needs a public, fixed number of chunks: pass --num-chunks "
-            "(it must not be derived from the private data)"
-        )
-    unnamed = next((r for r in records if not r.has_explicit_id), None)
-    if unnamed is not None:
-        raise RecordError(
-            f"{unnamed.where}: field 'id' is missing; add-remove-one assigns chunks by a keyed "
-            "hash of each record's id, so every record needs a stable, unique 'id'"
-        )
-    return partition_add_remove_one(
-        [r.record_id for r in records], num_chunks=num_chunks, key=fresh_partition_key()
-    )
-
-
-def _partition_by_user(records: Sequence[Record], num_chunks: int | None, max_records_per_user: int | None):
-    if num_chunks is None or max_records_per_user is None:
-        raise ParameterError(
-            "--privacy-unit user needs --num-chunks M (public, fixed) and --max-records-per-user K"
-        )
-    anonymous = next((r for r in records if r.user_id is None), None)
-    if anonymous is not None:
-        raise RecordError(f"{anonymous.where}: field 'user_id' is missing; --privacy-unit user needs it")
-    return partition_by_user(
-        [r.user_id for r in records],
+) -> PrivatePartition:
+    """The build's partition of ``records`` by :func:`dpmtv.privacy.partition_private_records`
+    (no default unit or relation: the caller must say what the guarantee protects). Checks first
+    that every record carries the id the assignment hashes, naming the first record without."""
+    record_ids = user_ids = None
+    if unit is PrivacyUnit.USER:
+        anonymous = next((r for r in records if r.user_id is None), None)
+        if anonymous is not None:
+            raise RecordError(f"{anonymous.where}: field 'user_id' is missing; --privacy-unit user needs it")
+        user_ids = [r.user_id for r in records]
+    elif relation is NeighbouringRelation.ADD_REMOVE_ONE:
+        unnamed = next((r for r in records if not r.has_explicit_id), None)
+        if unnamed is not None:
+            raise RecordError(
+                f"{unnamed.where}: field 'id' is missing; add-remove-one assigns chunks by a keyed "
+                "hash of each record's id, so every record needs a stable, unique 'id'"
+            )
+        record_ids = [r.record_id for r in records]
+    return partition_private_records(
+        unit=unit,
+        relation=relation,
+        record_ids=record_ids,
+        user_ids=user_ids,
+        num_records=len(records),
+        shots_per_chunk=shots_per_chunk,
         num_chunks=num_chunks,
         max_records_per_user=max_records_per_user,
-        key=fresh_partition_key(),
+        insecure_seed=insecure_seed,
     )
 
 

@@ -38,12 +38,31 @@ def canary_setup(tiny_llava, tmp_path_factory):
 
 def test_forward_passes_once_and_canary_is_measured(canary_setup, tiny_llava):
     canary, clip, passes = canary_setup
-    assert canary.num_chunks == 3 and passes == 3 + 8  # m chunks + 2 positions × 4 images
+    # m chunks + (3 candidate chunks × 3 positions × 4 images)
+    assert canary.num_chunks == 3 and passes == 3 + 3 * 3 * 4
     dim = tiny_llava.adapter.geometry.head_dim * tiny_llava.adapter.geometry.num_heads
     assert canary.rows_without[0].shape == canary.rows_with[0].shape == (3, dim)
-    assert np.array_equal(canary.rows_without[0][1:], canary.rows_with[0][1:])  # only chunk 0 differs
+    others = [j for j in range(3) if j != canary.chunk]
+    assert np.array_equal(canary.rows_without[0][others], canary.rows_with[0][others])  # one chunk differs
+    assert not np.array_equal(canary.rows_without[0][canary.chunk], canary.rows_with[0][canary.chunk])
     assert 0.0 < canary.shift_fraction <= 1.0
-    assert canary.position in {"first-record", "last-record"} and canary.describe()["chunk"] == 0
+    assert canary.position in {"first-record", "record-1", "last-record"}
+    assert canary.describe()["chunk"] == canary.chunk
+
+
+def test_canary_power_catches_a_small_sigma_and_not_the_correct_one(canary_setup):
+    """Seeded; 3 repetitions at 2000 trials. At σ × 1 each repetition is flagged with probability
+    <= 5% (the CP argument); at σ × 0.02 the canary's shift dwarfs the noise."""
+    from dpmtv.audit.model import canary_power
+
+    canary, clip, _ = canary_setup
+    power = canary_power(
+        canary, l2_clip_norms=clip, epsilon=1.0, delta=1e-5, confidence=0.95, trials=2000,
+        fractions=(1.0, 0.02), repetitions=3, seed=5,
+    )
+    assert power["flag_rate_by_sigma_fraction"]["0.02"] == 1.0
+    assert power["flag_rate_by_sigma_fraction"]["1"] == 0.0
+    assert power["largest_fraction_flagged"] == 0.02
 
 
 def test_model_audit_correct_and_no_clip(canary_setup):

@@ -13,9 +13,21 @@ from typing import Any
 
 from dpmtv.audit.mechanism import AuditPoint
 
-__all__ = ["AuditReport"]
+__all__ = ["AuditReport", "bonferroni_confidence"]
 
 DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def bonferroni_confidence(family_confidence: float, num_tests: int) -> float:
+    """Per-test confidence ``1 − (1 − family_confidence) / K`` for ``K`` tests.
+
+    The audit tests "ε_lower > ε_claimed" at each of ``K`` claimed ε values; with each bound at
+    this confidence, the probability that ANY correct claim is reported as a violation is at most
+    ``1 − family_confidence`` (Bonferroni's union bound; it needs no independence between tests).
+    """
+    if not 0.0 < family_confidence < 1.0 or num_tests < 1:
+        raise ValueError(f"need a confidence in (0, 1) and >= 1 test, got {family_confidence}, {num_tests}")
+    return 1.0 - (1.0 - family_confidence) / num_tests
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,7 @@ class AuditReport:
     mode: str  # "synthetic" | "model"
     points: tuple[AuditPoint, ...]
     settings: Mapping[str, Any] = field(default_factory=dict)
+    family_confidence: float | None = None  # set when the points' bounds are Bonferroni-corrected
 
     @property
     def violations(self) -> list[AuditPoint]:
@@ -32,13 +45,26 @@ class AuditReport:
 
     @property
     def confidence(self) -> float:
+        """The family-wise confidence over all ε values (per point when uncorrected)."""
+        if self.family_confidence is not None:
+            return self.family_confidence
+        return self.point_confidence
+
+    @property
+    def point_confidence(self) -> float:
         return self.points[0].bound.confidence if self.points else math.nan
+
+    @property
+    def correction(self) -> str:
+        return "bonferroni" if self.family_confidence is not None else "none"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "settings": dict(self.settings),
             "confidence": self.confidence,
+            "multiple_testing_correction": self.correction,
+            "per_point_confidence": self.point_confidence,
             "violation": bool(self.violations),
             "points": [p.to_json() for p in self.points],
         }
@@ -79,8 +105,15 @@ class AuditReport:
         lines = [
             f"# Empirical privacy audit ({self.mode}, mechanism: {mechanism})",
             "",
-            f"ε lower is a {self.confidence:.0%}-confidence lower bound (Clopper–Pearson, δ "
-            "subtracted, threshold chosen on held-out trials); a VIOLATION means the release "
+            f"ε lower is a {self.point_confidence:.4g}-confidence lower bound (Clopper–Pearson, δ "
+            "subtracted, threshold chosen on held-out trials)"
+            + (
+                f"; Bonferroni-corrected over the {len(self.points)} ε values, so all of them hold "
+                f"together with confidence {self.confidence:.0%}"
+                if self.family_confidence is not None
+                else ""
+            )
+            + "; a VIOLATION means the release "
             "leaks more than claimed. ε canary is the analytic ε of the canary's measured shift "
             "(the limit with infinitely many trials); shift/Δ is 1 for a worst-case canary; max det. "
             "is the largest ε_lower this many trials can certify (a claim at or above it is "

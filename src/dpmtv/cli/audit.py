@@ -30,7 +30,15 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     help="Claimed ε values to audit.",
 )
 @click.option("--delta", type=float, default=1e-5, show_default=True)
-@click.option("--confidence", type=float, default=0.95, show_default=True, help="Of the lower bound.")
+@click.option(
+    "--confidence",
+    type=float,
+    default=0.95,
+    show_default=True,
+    help="Family-wise confidence over all --epsilons: each lower bound is computed at "
+    "1 − (1 − confidence)/K for K values (Bonferroni), so no correct claim is flagged with "
+    "probability >= confidence.",
+)
 @click.option(
     "--mechanism",
     type=click.Choice(["correct", "small-noise", "no-clip"]),
@@ -38,7 +46,42 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     show_default=True,
     help="Audit the correct release or a deliberately broken one (σ/4, clipping off).",
 )
-@click.option("--num-chunks", type=int, default=16, show_default=True, help="Synthetic mode: m.")
+@click.option(
+    "--num-chunks",
+    type=int,
+    help="Synthetic mode: m [16]. --sensitivity: the public m (add-remove-one, user level).",
+)
+@click.option(
+    "--sensitivity",
+    is_flag=True,
+    help="Audit the sensitivity instead of ε: on the model and records, the build's own partition "
+    "and extraction on seeded partitions; reports max ‖mean(D) − mean(D′)‖ / Δ over neighbouring "
+    "pairs at the unit and relation given (must be <= 1). Writes sensitivity.json/.md.",
+)
+@click.option(
+    "--privacy-unit",
+    type=click.Choice(["record", "user"]),
+    default="record",
+    show_default=True,
+    help="--sensitivity: as for build.",
+)
+@click.option(
+    "--neighbouring-relation",
+    type=click.Choice(["replace-one", "add-remove-one"]),
+    help="--sensitivity: as for build.",
+)
+@click.option("--max-records-per-user", type=int, help="--sensitivity: as for build (user level).")
+@click.option("--center", default="none", show_default=True, help="--sensitivity: as for build.")
+@click.option(
+    "--partitions", type=int, default=20, show_default=True, help="--sensitivity: seeded partitions."
+)
+@click.option(
+    "--neighbours",
+    type=int,
+    default=4,
+    show_default=True,
+    help="--sensitivity: removed/replaced records or users per partition (plus one added).",
+)
 @click.option("--synthetic-dim", type=int, default=32, show_default=True, help="Synthetic mode: D per layer.")
 @click.option("--synthetic-layers", type=int, default=2, show_default=True, help="Synthetic mode: L'.")
 @click.option("--query", default="record", show_default=True, help="Model mode: chunk query, as for build.")
@@ -47,6 +90,13 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--seed", type=int, help="Reproducible audit (seeds trials and partition; not a release).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
+@click.option(
+    "--power-repetitions",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Model mode: simulated audits per σ fraction when reporting the canary's power at 10⁴ trials.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(**options):
     """Estimate ε_lower, a confident empirical lower bound on the release's privacy loss, and
@@ -54,15 +104,25 @@ def command(**options):
     status 1 if any ε_lower exceeds its claim (a violation)."""
     from dpmtv.audit import AuditReport
 
+    if options["sensitivity"]:
+        _sensitivity(options)
+        return
     if options["model_path"] is None:
         points, settings = _synthetic(options)
         mode = "synthetic"
     else:
         points, settings = _model(options)
         mode = "model"
-    report = AuditReport(mode, tuple(points), settings)
+    report = AuditReport(mode, tuple(points), settings, family_confidence=options["confidence"])
     paths = report.write(options["out"])
     _print(report)
+    for power in settings.get("canary_power", ()):
+        caught = power["largest_fraction_flagged"]
+        console.print(
+            f"canary power at ε = {power['epsilon_claimed']:g}, 10⁴ trials: "
+            + (f"flags a release with σ × {caught:g} or less" if caught else "flags no σ fraction tried"),
+            highlight=False,
+        )
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
     if report.violations:
         err_console.print(
@@ -74,15 +134,18 @@ def command(**options):
 
 def _common(options) -> dict:
     from dpmtv.audit import MECHANISMS
+    from dpmtv.audit.report import bonferroni_confidence
     from dpmtv.errors import ParameterError
 
     if options["trials"] < 20:
         raise ParameterError(f"--trials must be >= 20, got {options['trials']}")
+    if not 0 < options["confidence"] < 1:
+        raise ParameterError(f"--confidence must be in (0, 1), got {options['confidence']}")
     return {
         "delta": options["delta"],
         "trials": options["trials"],
         "mechanism": MECHANISMS[options["mechanism"]],
-        "confidence": options["confidence"],
+        "confidence": bonferroni_confidence(options["confidence"], len(options["epsilons"])),
     }
 
 
@@ -98,7 +161,7 @@ def _synthetic(options):
     if len(clip) != 1:
         raise ParameterError("synthetic mode takes one --l2-clip-norm")
     settings = {
-        "num_chunks": options["num_chunks"],
+        "num_chunks": options["num_chunks"] or 16,
         "shots_per_chunk": options["shots_per_chunk"] or 4,
         "layer_dims": dict.fromkeys(range(options["synthetic_layers"]), options["synthetic_dim"]),
         "l2_clip_norm": clip[0],
@@ -115,7 +178,7 @@ def _synthetic(options):
 
 
 def _model(options):
-    from dpmtv.audit.model import audit_model, model_chunk_vectors
+    from dpmtv.audit.model import audit_model, canary_power, model_chunk_vectors
     from dpmtv.data import load_records
     from dpmtv.errors import ParameterError
     from dpmtv.heads import parse_head_spec
@@ -151,15 +214,84 @@ def _model(options):
         "l2_clip_norm": [clip[layer] for layer in heads.layers],
         "query": options["query"],
         "canary": canary.describe(),
+        "canary_power": [
+            canary_power(
+                canary,
+                l2_clip_norms=clip,
+                epsilon=epsilon,
+                delta=common["delta"],
+                confidence=common["confidence"],
+                trials=10_000,
+                repetitions=options["power_repetitions"],
+                seed=options["seed"],
+            )
+            for epsilon in options["epsilons"]
+        ],
     }
     return points, {**settings, **_public(options, common)}
+
+
+def _sensitivity(options) -> None:
+    from dpmtv.audit.sensitivity import audit_sensitivity
+    from dpmtv.build import BuildSettings
+    from dpmtv.data import load_records
+    from dpmtv.errors import ParameterError
+    from dpmtv.heads import parse_head_spec
+    from dpmtv.models.loading import load_model
+
+    missing = [name for name in ("model_path", *_MODEL_OPTIONS) if options[name] is None]
+    if missing:
+        raise ParameterError(f"--sensitivity needs --{missing[0].replace('_path', '').replace('_', '-')}")
+    records = load_records(options["data_path"])
+    loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
+    settings = BuildSettings(
+        epsilon=1.0,  # unused: the audit computes un-noised means
+        delta=options["delta"],
+        l2_clip_norm=tuple(options["l2_clip_norm"]),
+        shots_per_chunk=options["shots_per_chunk"],
+        privacy_unit=options["privacy_unit"],
+        neighbouring_relation=options["neighbouring_relation"],
+        num_chunks=options["num_chunks"],
+        max_records_per_user=options["max_records_per_user"],
+        query=options["query"],
+        center=options["center"],
+        batch_size=options["batch_size"],
+        progress=not options["quiet"],
+    )
+    audit = audit_sensitivity(
+        loaded,
+        records,
+        parse_head_spec(options["head_spec"], loaded.adapter.geometry),
+        settings,
+        num_partitions=options["partitions"],
+        neighbours_per_partition=options["neighbours"],
+        seed=options["seed"] or 0,
+    )
+    paths = audit.write(options["out"])
+    table = Table(title=f"sensitivity audit (per {audit.privacy_unit}, {audit.neighbouring_relation})")
+    for column in ("change", "pairs", "worst ‖mean(D)−mean(D′)‖/Δ", "worst pair", "violations"):
+        table.add_column(column, justify="right")
+    for row in audit.rows():
+        where = f"seed {row['worst_pair']['partition_seed']}, {row['worst_pair']['target']}"
+        table.add_row(
+            row["change"], str(row["pairs"]), f"{row['worst_ratio']:.4f}", where, str(row["violations"])
+        )
+    console.print(table)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+    if audit.violations:
+        err_console.print(
+            f"[bold red]VIOLATION:[/] {len(audit.violations)} pairs moved the mean by more than Δ"
+        )
+        sys.exit(1)
 
 
 def _public(options, common) -> dict:
     return {
         "trials": common["trials"],
         "delta": common["delta"],
-        "confidence": common["confidence"],
+        "confidence": options["confidence"],
+        "per_point_confidence": common["confidence"],
+        "multiple_testing_correction": f"bonferroni over {len(options['epsilons'])} ε values",
         "mechanism": options["mechanism"],
         "seed": options["seed"],
         "noise_sampler": "seeded-numpy" if options["seed"] is not None else "csprng-numpy",

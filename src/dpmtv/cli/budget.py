@@ -64,9 +64,8 @@ def command() -> None:
 @click.option(
     "--neighbouring-relation",
     type=click.Choice(["replace-one", "add-remove-one"]),
-    default="replace-one",
-    show_default=True,
-    help="The relation every build charged to NAME must use (as `dpmtv build --neighbouring-relation`).",
+    help="The relation every build charged to NAME must use (as `dpmtv build --neighbouring-relation`; "
+    "default: the unit's own, replace-one for records, add-remove-one for users).",
 )
 @click.option(
     "--privacy-unit",
@@ -81,12 +80,14 @@ def init(name, epsilon, delta, neighbouring_relation, privacy_unit, ledger_path)
 
     All of them are fixed: a build under another relation or unit is refused, since releases
     under different relations do not compose into one guarantee."""
+    from dpmtv.settings import relation_for_unit
+
     ledger = open_ledger(ledger_path)
     status = ledger.init_dataset(
         name,
         epsilon=epsilon,
         delta=delta,
-        neighbouring_relation=neighbouring_relation,
+        neighbouring_relation=relation_for_unit(privacy_unit, neighbouring_relation).value,
         privacy_unit=privacy_unit,
     )
     console.print(

@@ -87,9 +87,8 @@ from dpmtv.errors import ParameterError
 @click.option(
     "--neighbouring-relation",
     type=click.Choice(["replace-one", "add-remove-one"]),
-    default="replace-one",
-    show_default=True,
-    help="replace-one: N is public. add-remove-one: needs record ids and --num-chunks.",
+    help="replace-one (default for --privacy-unit record): N is public. add-remove-one (the "
+    "default, and the only choice, for --privacy-unit user): needs record ids and --num-chunks.",
 )
 @click.option(
     "--num-chunks", type=int, help="Public, fixed m (required for add-remove-one and --privacy-unit user)."
@@ -99,12 +98,18 @@ from dpmtv.errors import ParameterError
     type=click.Choice(["record", "user"]),
     default="record",
     show_default=True,
-    help="record: the guarantee is per record. user: per user — records need 'user_id', each user's "
-    "records go to one chunk (keyed hash, fresh key per build) and are capped at "
-    "--max-records-per-user (the excess is dropped, with a count shown); needs --num-chunks.",
+    help="record: the guarantee is per record. user: per user (add/remove one user) — records need "
+    "'user_id', each user's records go to one chunk (keyed hash, fresh key per build) and are "
+    "capped at --max-records-per-user (the excess is dropped); needs --num-chunks.",
 )
 @click.option(
     "--max-records-per-user", type=int, help="Public cap on a user's records (--privacy-unit user)."
+)
+@click.option(
+    "--show-private-counts",
+    is_flag=True,
+    help="Print N, the number of users and the records dropped by the cap, which are private under "
+    "add-remove-one and user level (printed only: never stored in the artifact or ledger).",
 )
 @click.option(
     "--dataset",
@@ -150,8 +155,9 @@ from dpmtv.errors import ParameterError
     "--insecure-seeded-noise",
     "insecure_seed",
     type=int,
-    help="INSECURE: seed the noise and partition (experiments only). The artifact records the seed "
-    "and says NO GUARANTEE: the seed regenerates the noise.",
+    help="INSECURE: seed every random choice — partition, per-user caps, private selection and "
+    "noise — so that builds on neighbouring datasets differ only by the data (experiments and "
+    "audits only). The artifact records the seed and says NO GUARANTEE: the seed regenerates the noise.",
 )
 @click.option(
     "--non-private",
@@ -188,6 +194,7 @@ def command(
     select_pool,
     privacy_unit,
     max_records_per_user,
+    show_private_counts,
     dataset,
     ledger_path,
     void_budget,
@@ -196,6 +203,7 @@ def command(
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model
+    from dpmtv.settings import relation_for_unit
 
     if epsilon is None and not non_private:
         raise ParameterError(
@@ -206,7 +214,8 @@ def command(
     void_reason = _void_reason(non_private, insecure_seed, dataset, void_budget)
     ledger = resolve_build_ledger(ledger_path, dataset)
     if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
-        _check_dataset(*ledger, neighbouring_relation, privacy_unit, void_reason)
+        relation = relation_for_unit(privacy_unit, neighbouring_relation).value
+        _check_dataset(*ledger, relation, privacy_unit, void_reason)
     records = load_records(data_path)
     _check_public_inputs(records, heads_from, center, query)
     loaded = load_model(model_path, dtype=dtype, device=device)
@@ -239,6 +248,7 @@ def command(
         num_chunks=num_chunks,
         privacy_unit=privacy_unit,
         max_records_per_user=max_records_per_user,
+        show_private_counts=show_private_counts,
         query=query,
         query_question=query_question,
         center=center,
@@ -346,8 +356,8 @@ def _ledger_charge(ledger, settings, loaded, out, void_reason):
         "l2_clip_norm": list(settings.l2_clip_norm),
         "shots_per_chunk": settings.shots_per_chunk,
         "num_chunks": settings.num_chunks,
-        "neighbouring_relation": settings.neighbouring_relation,
-        "privacy_unit": settings.privacy_unit,
+        "neighbouring_relation": settings.relation.value,
+        "privacy_unit": settings.privacy_unit.value,
         "noise_sampler": settings.noise_sampler,
         "insecure_seed": settings.insecure_seed,
         "non_private": settings.non_private,
@@ -358,8 +368,8 @@ def _ledger_charge(ledger, settings, loaded, out, void_reason):
     return LedgerCharge(
         book,
         dataset,
-        neighbouring_relation=settings.neighbouring_relation,
-        privacy_unit=settings.privacy_unit,
+        neighbouring_relation=settings.relation.value,
+        privacy_unit=settings.privacy_unit.value,
         parameters=parameters,
         artifact=out,
         void_reason=void_reason,

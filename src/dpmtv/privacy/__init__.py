@@ -4,7 +4,7 @@ accounting events and the one noisy release.
 Imports only numpy, scipy (via dp-accounting), dp-accounting, opendp and the standard library;
 no model code. The data flow of a release::
 
-    partition_* -> (model, elsewhere) -> clip_l2_per_layer -> ClippedSumAccumulator.add
+    partition_private_records -> (model, elsewhere) -> clip_l2_per_layer -> ClippedSumAccumulator.add
     -> .mean(num_chunks=m) -> UnnoisedMean
     l2_sensitivity -> plan_gaussian_release -> add_gaussian_noise(mean) -> NoisedVector
 """
@@ -52,6 +52,15 @@ from dpmtv.privacy.release import (
     release_without_noise,
 )
 from dpmtv.privacy.sensitivity import l2_sensitivity
+from dpmtv.privacy.units import (
+    PartitionRandomness,
+    PrivacyUnit,
+    PrivatePartition,
+    derive_insecure_seed,
+    parse_privacy_unit,
+    partition_private_records,
+    partition_randomness,
+)
 
 __all__ = [
     "VALUE_DISCRETIZATION_INTERVAL",
@@ -63,6 +72,9 @@ __all__ = [
     "NoisedVector",
     "OpenDPGaussianSampler",
     "Partition",
+    "PartitionRandomness",
+    "PrivacyUnit",
+    "PrivatePartition",
     "SeededGaussianSampler",
     "UnnoisedMean",
     "add_gaussian_noise",
@@ -70,6 +82,7 @@ __all__ = [
     "calibrate_gaussian_noise_multiplier",
     "clip_l2_per_layer",
     "delta_of",
+    "derive_insecure_seed",
     "draw_gaussian_noise",
     "perturb_with_gaussian",
     "epsilon_of",
@@ -82,8 +95,11 @@ __all__ = [
     "make_sampler",
     "opendp_noise_std",
     "parse_l2_clip_norms",
+    "parse_privacy_unit",
     "parse_relation",
     "partition_add_remove_one",
+    "partition_private_records",
+    "partition_randomness",
     "partition_replace_one",
     "plan_gaussian_release",
     "release_without_noise",

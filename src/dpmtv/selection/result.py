@@ -61,10 +61,12 @@ class SelectionResult:
         }
 
     def to_metadata(self) -> dict[str, Any]:
-        """For the artifact's ``head_selection``: everything but the per-head arrays."""
+        """For the artifact's ``head_selection``: everything but the per-head arrays and the wall
+        time (a private selection's time depends on N and on prompt lengths; no timing goes into
+        an artifact)."""
         data = self.to_json()
-        for bulky in ("heads", "probabilities", "scores"):
-            data.pop(bulky)
+        for left_out in ("heads", "probabilities", "scores", "seconds"):
+            data.pop(left_out)
         return data
 
     def save(self, path: str | Path) -> Path:

@@ -1,0 +1,100 @@
+"""The sensitivity audit runs the build's own partition, extraction and Δ, so it sees wiring bugs:
+a correct build stays within Δ, the old user-level wiring and a Δ half too small are flagged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpmtv.build as build_module
+from dpmtv.audit.sensitivity import audit_sensitivity
+from dpmtv.build import BuildSettings
+from dpmtv.data import load_records
+from dpmtv.heads import parse_head_spec
+from dpmtv.privacy import NeighbouringRelation, PrivacyUnit
+from tests.test_build_user_level import write_user_records
+
+USER_LEVEL = dict(privacy_unit="user", num_chunks=16, max_records_per_user=2)
+
+
+def _settings(**changes) -> BuildSettings:
+    # A tiny clip norm clips every chunk, and centring on a blank image spreads the directions,
+    # so changes move chunk vectors by a sizeable share of the worst case 2C.
+    base = dict(
+        epsilon=1.0, delta=1e-5, l2_clip_norm=(1e-3,), shots_per_chunk=4, center="blank", progress=False
+    )
+    return BuildSettings(**{**base, **changes})
+
+
+@pytest.fixture
+def user_records(tmp_path):
+    return load_records(write_user_records(tmp_path / "users", heavy_seed=0))
+
+
+def _audit(tiny_llava, records, settings, **kwargs):
+    heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+    return audit_sensitivity(tiny_llava, records, heads, settings, **kwargs)
+
+
+def test_a_correct_user_level_build_stays_within_its_sensitivity(tiny_llava, user_records):
+    audit = _audit(
+        tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=2, neighbours_per_partition=9
+    )
+    assert audit.privacy_unit == "user" and audit.neighbouring_relation == "add-remove-one"
+    assert {row["change"] for row in audit.rows()} == {"add", "remove"}
+    assert audit.violations == () and 0 < audit.worst.ratio <= 1
+    # every user (the heavy one included) was removed in each partition
+    assert sum(p.change == "remove" for p in audit.pairs) == 2 * 9
+
+
+def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypatch):
+    """The wiring before the fix: record ids hashed into the chunks, no per-user cap."""
+    real = build_module.partition_records
+
+    def record_level(records, **kwargs):
+        kwargs.update(
+            unit=PrivacyUnit.RECORD, relation=NeighbouringRelation.ADD_REMOVE_ONE, max_records_per_user=None
+        )
+        return real(records, **kwargs)
+
+    monkeypatch.setattr(build_module, "partition_records", record_level)
+    audit = _audit(
+        tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=9
+    )
+    assert audit.violations and audit.worst.ratio > 1
+    assert audit.worst.target == "user heavy"
+
+
+def test_a_sensitivity_half_too_small_is_flagged(tiny_llava, user_records, monkeypatch):
+    real = build_module.l2_sensitivity
+    monkeypatch.setattr(build_module, "l2_sensitivity", lambda **kwargs: real(**kwargs) / 2)
+    audit = _audit(
+        tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=2
+    )
+    assert audit.violations and audit.worst.ratio > 1
+
+
+@pytest.mark.parametrize(
+    ("relation", "changes"), [("replace-one", {"replace"}), ("add-remove-one", {"add", "remove"})]
+)
+def test_record_level_builds_stay_within_their_sensitivity(tiny_llava, records_file, relation, changes):
+    extra = {"num_chunks": 6} if relation == "add-remove-one" else {}
+    settings = _settings(neighbouring_relation=relation, **extra)
+    audit = _audit(
+        tiny_llava, load_records(records_file), settings, num_partitions=1, neighbours_per_partition=3
+    )
+    assert {row["change"] for row in audit.rows()} == changes
+    assert audit.violations == () and audit.worst.ratio <= 1
+    for pair in audit.pairs:
+        assert pair.l2_sensitivity == pair.l2_sensitivity_neighbour  # Δ does not depend on the data
+        assert np.isfinite(pair.ratio)
+
+
+def test_the_report_names_the_worst_pair_and_writes_files(tiny_llava, user_records, tmp_path):
+    audit = _audit(
+        tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=1
+    )
+    paths = audit.write(tmp_path / "out")
+    assert paths["json"].exists() and "| user | add-remove-one |" in paths["markdown"].read_text()
+    (row,) = [r for r in audit.rows() if r["change"] == "add"]
+    assert row["worst_pair"]["partition_seed"] == 0 and row["pairs"] == 1

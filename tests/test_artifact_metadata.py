@@ -1,0 +1,71 @@
+"""Metadata inventory: nothing in an artifact may depend on the private data except through the
+noisy release. Two add-remove-one builds with the same public settings and seed on datasets of
+very different N must have identical metadata apart from the creation time, the tensor hash and
+functions of the noisy release (with private selection: the selected heads and their layers'
+clip norms). Every field is listed, with why it is public, in docs/design.md "Artifact metadata".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+from dpmtv.data import load_records
+from dpmtv.heads import parse_head_spec
+from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
+from tests.conftest import write_records
+
+ALLOWED_TO_DIFFER = {"created_at", "tensors_sha256"}
+NOISY_RELEASE_WITH_PRIVATE_SELECTION = {"heads", "privacy.l2_clip_norm"}
+
+
+def _flat(value, prefix=""):
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def _metadata(tiny_llava, folder: Path, num_records: int, *, private_selection: bool) -> dict:
+    records = load_records(write_records(folder, num_records, seed=num_records))
+    settings = BuildSettings(
+        epsilon=4.0,
+        delta=1e-5,
+        l2_clip_norm=(1.0,),
+        shots_per_chunk=4,
+        neighbouring_relation="add-remove-one",
+        num_chunks=4,
+        insecure_seed=11,
+        allow_insecure_seed=True,
+        private_selection=PrivateSelectionSettings(k=2) if private_selection else None,
+        progress=False,
+    )
+    heads = None if private_selection else parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+    vector = build_task_vector(tiny_llava, records, heads, settings).vector
+    return _flat(vector.metadata.model_dump(mode="json"))
+
+
+@pytest.mark.parametrize("private_selection", [False, True])
+def test_metadata_does_not_depend_on_the_private_data(tiny_llava, tmp_path, private_selection):
+    small = _metadata(tiny_llava, tmp_path / "small", 6, private_selection=private_selection)
+    large = _metadata(tiny_llava, tmp_path / "large", 60, private_selection=private_selection)
+    allowed = ALLOWED_TO_DIFFER | (NOISY_RELEASE_WITH_PRIVATE_SELECTION if private_selection else set())
+    assert set(small) == set(large)
+    differing = {key for key in small if small[key] != large[key]}
+    assert differing <= allowed, {key: (small[key], large[key]) for key in differing - allowed}
+    assert not any("seconds" in key or "time" in key for key in small if key != "created_at")
+
+
+def test_every_metadata_field_is_documented():
+    """The table in docs/design.md names every field of the artifact metadata."""
+    text = (Path(__file__).parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split("Artifact metadata\n", 1)[1]
+    documented = set(re.findall(r"^\| `([a-z0-9_.]+)`", section, flags=re.MULTILINE))
+    fields = {name for name in ArtifactMetadata.model_fields if name != "privacy"}
+    fields |= {f"privacy.{name}" for name in PrivacyMetadata.model_fields}
+    assert fields <= documented, sorted(fields - documented)
