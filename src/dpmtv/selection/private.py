@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -63,20 +63,33 @@ def chunk_votes(
     """
     geometry = loaded.adapter.geometry
     pool_mask = mask_of(pool or all_heads(geometry), geometry)  # (L, H) bool
-    votes: list[tuple[int, ...]] = []
+    return [
+        () if scores is None else _top_positive(scores, pool_mask, max_votes_per_chunk)
+        for scores in chunk_head_scores(loaded, chunks, batch_size=batch_size, progress=progress)
+    ]
+
+
+def chunk_head_scores(
+    loaded: LoadedModel,
+    chunks: Sequence[Sequence[Record]],
+    *,
+    max_prompt_tokens: int | None = None,
+    batch_size: int = 4,
+    progress: bool = True,
+) -> Iterator[torch.Tensor | None]:
+    """Per chunk, its attribution score of every head (L, H) float32, or None (no vote)."""
     with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
         for start in range(0, len(chunks), batch_size):
             batch = list(chunks[start : start + batch_size])
-            votes.extend(_batch_votes(loaded, batch, max_votes_per_chunk, pool_mask))
+            yield from _batch_scores(loaded, batch)
             advance(len(batch))
-    return votes
 
 
-def _batch_votes(loaded, batch, k_prime: int, pool_mask: torch.Tensor) -> list[tuple[int, ...]]:
+def _batch_scores(loaded, batch) -> list[torch.Tensor | None]:
     from dpmtv.chunks import chunk_prompt
 
     usable = [index for index, chunk in enumerate(batch) if len(chunk) >= 2]
-    out: list[tuple[int, ...]] = [() for _ in batch]
+    out: list[torch.Tensor | None] = [None for _ in batch]
     if not usable:
         return out
     adapter = loaded.adapter
@@ -90,7 +103,7 @@ def _batch_votes(loaded, batch, k_prime: int, pool_mask: torch.Tensor) -> list[t
     queries = [_held_out_query(adapter, batch[i][-1]) for i in usable]
     scores = attribution_scores(adapter, queries, values, batch_size=len(usable))  # (B, L, H)
     for row, index in enumerate(usable):
-        out[index] = _top_positive(scores[row], pool_mask, k_prime)
+        out[index] = scores[row]
     return out
 
 
