@@ -14,14 +14,19 @@ import pytest
 from PIL import Image
 
 from dpmtv.build import BuildSettings, iter_clipped_chunks
+from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
+from dpmtv.eval.dp_icl import _chunk_answers
+from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
 from dpmtv.privacy import Partition, parse_l2_clip_norms
+from dpmtv.prompt_budget import prompt_length
+from dpmtv.prompts import Prompt, zero_shot
 from dpmtv.selection.private import chunk_head_scores
 from tests.conftest import TEST_DEVICE
 
-SHOTS, NUM_CHUNKS = 3, 6
+SHOTS, NUM_CHUNKS = 3, 4  # the old batch size 4 put every chunk in one batch
 LONG_CHUNK, CHANGED_CHUNK = 0, 2  # one record made longer, another chunk's record replaced
 UNCHANGED = [c for c in range(NUM_CHUNKS) if c not in (LONG_CHUNK, CHANGED_CHUNK)]
 
@@ -53,20 +58,27 @@ def _partition() -> Partition:
     )
 
 
-def _settings() -> BuildSettings:
+def _settings(max_prompt_tokens: int | None = None) -> BuildSettings:
     return BuildSettings(
-        epsilon=1.0, delta=1e-5, l2_clip_norm=(1e6,), shots_per_chunk=SHOTS, batch_size=4, progress=False
+        epsilon=1.0,
+        delta=1e-5,
+        l2_clip_norm=(1e6,),
+        shots_per_chunk=SHOTS,
+        batch_size=4,
+        progress=False,
+        max_prompt_tokens=max_prompt_tokens,
     )
 
 
-def _chunk_vectors(loaded, records) -> dict[int, np.ndarray]:
+def _chunk_vectors(loaded, records, max_prompt_tokens: int | None = None) -> dict[int, np.ndarray]:
     """Per layer, the clipped vector of every chunk: (NUM_CHUNKS, k_l*d)."""
     heads = parse_head_spec("all", loaded.adapter.geometry)
     dims = {layer: len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim for layer in heads.layers}
     reference = {layer: np.zeros(dim) for layer, dim in dims.items()}
     clip_norms = parse_l2_clip_norms([1e6], heads.layers)
+    settings = _settings(max_prompt_tokens)
     parts: dict[int, list[np.ndarray]] = {layer: [] for layer in heads.layers}
-    for clipped in iter_clipped_chunks(loaded, records, _partition(), heads, _settings(), reference, clip_norms):
+    for clipped in iter_clipped_chunks(loaded, records, _partition(), heads, settings, reference, clip_norms):
         for layer, values in clipped.items():
             parts[layer].append(values)
     return {layer: np.concatenate(values) for layer, values in parts.items()}
@@ -105,3 +117,43 @@ def test_other_chunks_selection_scores_are_bitwise_unchanged(model_source, dtype
     assert not np.array_equal(before[LONG_CHUNK].numpy(), after[LONG_CHUNK].numpy())
     for chunk in UNCHANGED:
         np.testing.assert_array_equal(after[chunk].numpy(), before[chunk].numpy(), err_msg=f"chunk {chunk}")
+
+
+def test_dp_icl_votes_of_other_chunks_are_unchanged(tiny_llava_path):
+    """DP-ICL's forward (greedy generation) runs one prompt at a time: other chunks' answers
+    stay the same when one chunk's record grows. (Answers are discrete; the bitwise checks above
+    are the sharp test of the shared one-prompt-per-pass path.)"""
+    loaded = load_model(tiny_llava_path, dtype="bfloat16", device=TEST_DEVICE)
+    words = ["thing", "other", "cat"]
+
+    def answers(records):
+        prompts = [
+            chunk_prompt(records[c * SHOTS : (c + 1) * SHOTS], query="record", query_question="")
+            for c in range(NUM_CHUNKS)
+        ]
+        return _chunk_answers(
+            loaded, prompts, max_new_tokens=3, max_prompt_tokens=2048, advance=lambda n: None
+        )
+
+    before = answers(_records(words, lengthen=False, replace=False))
+    after = answers(_records(words, lengthen=True, replace=True))
+    assert [after[c] for c in UNCHANGED] == [before[c] for c in UNCHANGED]
+
+
+def test_over_long_chunks_keep_leading_demonstrations_or_contribute_nothing(tiny_llava):
+    """The public rule: a prompt over budget keeps its leading demonstrations that fit; a chunk
+    whose query alone does not fit yields a zero row."""
+    adapter = tiny_llava.adapter
+    records = _records(["thing", "other", "cat"], lengthen=True, replace=False)
+    full = chunk_prompt(records[:SHOTS], query="record", query_question="")
+    one_demo = Prompt(full.demonstrations[:1], full.query)
+    budget = prompt_length(adapter, one_demo)  # room for the first demonstration only
+    assert prompt_length(adapter, full) > budget
+    cut = _chunk_vectors(tiny_llava, records, max_prompt_tokens=budget)
+    heads = parse_head_spec("all", adapter.geometry)
+    expected = extract_selected_heads(adapter, [one_demo], heads)
+    for layer in heads.layers:
+        np.testing.assert_array_equal(cut[layer][LONG_CHUNK], expected[layer][0])
+    tiny = prompt_length(adapter, zero_shot(full.query)) - 1  # no query fits alone
+    dropped = _chunk_vectors(tiny_llava, records, max_prompt_tokens=tiny)
+    assert all(not dropped[layer].any() for layer in heads.layers)

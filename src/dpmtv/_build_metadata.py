@@ -8,6 +8,7 @@ from typing import Any
 from dpmtv._version import __version__
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.privacy import NeighbouringRelation, event_to_json
+from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
 ACCOUNTANT_DESCRIPTION = (
@@ -60,4 +61,7 @@ def prompt_metadata(settings) -> dict[str, Any]:
         "query_question": settings.query_question if settings.query != "record" else None,
         "center": settings.center if settings.center in ("none", "blank") else "public-records",
         "format": "chat-template",
+        "max_prompt_tokens": settings.max_prompt_tokens,  # public (resolved by the build)
+        "over_length_rule": OVER_LENGTH_RULE,
+        "private_forward": "one chunk per forward pass",
     }

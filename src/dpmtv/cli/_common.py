@@ -95,6 +95,7 @@ def print_vector_summary(metadata, *, path) -> None:
             + ("" if p.secure_noise or not p.private else f" [bold red]INSECURE seed {p.insecure_seed}[/]"),
         ),
         ("query / centring", f"{metadata.prompt.get('query')} / {metadata.prompt.get('center')}"),
+        ("prompt budget", _prompt_budget(metadata.prompt)),
         (
             "library",
             f"dpmtv {metadata.library_version}, format {metadata.format_version}, {metadata.created_at}",
@@ -103,3 +104,14 @@ def print_vector_summary(metadata, *, path) -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+
+
+def _prompt_budget(prompt: dict) -> str:
+    """The public prompt-length rule; artifacts from before it was recorded batched private chunks."""
+    if prompt.get("max_prompt_tokens") is None:
+        return (
+            "not recorded (older build: private chunks were batched, so one chunk's length could "
+            "move others' values)"
+        )
+    rule = prompt.get("over_length_rule")
+    return f"{prompt['max_prompt_tokens']} tokens, {rule}; one chunk per forward pass"

@@ -241,6 +241,7 @@ def _task_vector_method(ctx: MethodContext, seed: int, *, epsilon: float) -> Met
         non_private=non_private,
         head_selection={"method": "user", "spec": ctx.head_spec},
         progress=s.progress,
+        max_prompt_tokens=s.context_limit,
     )
     result = build_task_vector(ctx.loaded, ctx.benchmark.train, ctx.heads, settings)
     answers = answer_queries(
