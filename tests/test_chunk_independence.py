@@ -157,3 +157,37 @@ def test_over_long_chunks_keep_leading_demonstrations_or_contribute_nothing(tiny
     tiny = prompt_length(adapter, zero_shot(full.query)) - 1  # no query fits alone
     dropped = _chunk_vectors(tiny_llava, records, max_prompt_tokens=tiny)
     assert all(not dropped[layer].any() for layer in heads.layers)
+
+
+def test_the_prompt_budget_is_a_public_setting_recorded_in_the_artifact(
+    tiny_llava_path, records_file, tmp_path
+):
+    """`dpmtv build --max-prompt-tokens` reaches the artifact with its rule; the default is the
+    model's position limit (2048 for the tiny LLaVA)."""
+    from click.testing import CliRunner
+
+    from dpmtv.cli import main
+    from dpmtv.vector import load_task_vector
+
+    runner = CliRunner()
+    common = ["build", "--model", str(tiny_llava_path), "--data", str(records_file), "--heads", "layers:0"]
+    common += [
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--l2-clip-norm",
+        "1.5",
+        "--shots-per-chunk",
+        "4",
+        "--quiet",
+    ]
+    for extra, expected in (([], 2048), (["--max-prompt-tokens", "900"], 900)):
+        out = tmp_path / f"v{expected}.safetensors"
+        result = runner.invoke(main, [*common, "--out", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        prompt = load_task_vector(out).metadata.prompt
+        assert prompt["max_prompt_tokens"] == expected
+        assert prompt["over_length_rule"] == "keep-leading-demonstrations"
+        assert f"{expected} tokens" in runner.invoke(main, ["inspect", str(out)]).output
+    assert "--max-prompt-tokens" in runner.invoke(main, ["build", "--help"]).output
