@@ -8,6 +8,7 @@ from typing import Any
 from dpmtv._version import __version__
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.privacy import PrivatePartition, event_to_json
+from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.settings import QueryKind
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
@@ -68,4 +69,7 @@ def prompt_metadata(settings) -> dict[str, Any]:
         "query_question": settings.query_question if settings.query is not QueryKind.RECORD else None,
         "center": settings.center.value,
         "format": "chat-template",
+        "max_prompt_tokens": settings.max_prompt_tokens,  # public (resolved by the build)
+        "over_length_rule": OVER_LENGTH_RULE,
+        "private_forward": "one chunk per forward pass",
     }

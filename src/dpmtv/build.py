@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dp_accounting
@@ -37,7 +37,7 @@ from dpmtv.chunks import (
 from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import extract_selected_heads, iter_batches, mean_selected_heads
+from dpmtv.extract import extract_each_chunk, mean_selected_heads
 from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import (
@@ -61,6 +61,7 @@ from dpmtv.privacy.release import (
     release_without_noise,
 )
 from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
+from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, Prompt, blank_image
 from dpmtv.settings import (
     DEFAULT_QUERY_QUESTION,
@@ -119,6 +120,9 @@ def build_task_vector(
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
     check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    settings = replace(
+        settings, max_prompt_tokens=resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
+    )
     sampler = make_sampler(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
     )
@@ -216,9 +220,12 @@ def iter_clipped_chunks(
     reference: dict[int, np.ndarray],
     clip_norms: dict[int, float],
 ) -> Iterator[dict[int, np.ndarray]]:
-    """Per batch of chunks: the selected heads' last-token outputs, centred and clipped per
-    layer, ``{layer: (B, k_l*d)}``. These are private, un-noised per-chunk values: the build sums
-    them away at once; experiments (audits, sweeps) may hold them in memory, never write them."""
+    """Per non-empty chunk: the selected heads' last-token outputs, centred and clipped per
+    layer, ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
+    chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
+    rule drops yields zero rows (it contributes nothing). These are private, un-noised per-chunk
+    values: the build sums them away at once; experiments (audits, sweeps) may hold them in
+    memory, never write them."""
     prompts = ChunkPrompts(
         records,
         partition,
@@ -226,12 +233,15 @@ def iter_clipped_chunks(
         query=settings.query_source,
         query_question=settings.query_question,
     )
+    budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
     with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
-        for batch in iter_batches(prompts, settings.batch_size):
-            activations = extract_selected_heads(loaded.adapter, batch, heads)
-            centred = {layer: values - reference[layer] for layer, values in activations.items()}
-            yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
-            advance(len(batch))
+        for activations in extract_each_chunk(loaded.adapter, prompts, heads, max_prompt_tokens=budget):
+            if activations is None:  # dropped by the public rule: no contribution
+                yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
+            else:
+                centred = {layer: values - reference[layer] for layer, values in activations.items()}
+                yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
+            advance(1)
 
 
 class _ChargeOnce:
@@ -371,7 +381,7 @@ def _select_privately(loaded, records, selection_part, settings, selection_plan)
         chunk_records(records, selection_part, settings.shots_per_chunk),
         plan=selection_plan,
         pool=_pool(settings, loaded.adapter.geometry),
-        batch_size=settings.batch_size,
+        max_prompt_tokens=settings.max_prompt_tokens,
         rng=rng,
         progress=settings.progress,
     )

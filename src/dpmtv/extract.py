@@ -1,8 +1,19 @@
-"""Batched extraction of the selected heads' last-token outputs (model plumbing, no privacy)."""
+"""Extraction of the selected heads' last-token outputs (model plumbing, no privacy).
+
+Two ways, for two kinds of data:
+
+- :func:`extract_selected_heads` / :func:`mean_selected_heads`: batched, left-padded to the
+  longest prompt of the batch — for PUBLIC prompts only (references, public selection);
+- :func:`extract_each_chunk`: one forward pass per prompt, cut to a public token budget — for
+  PRIVATE chunks. Batching makes a row's numerics depend on the other rows (their lengths set
+  the padding, and the kernels chosen for the batch's shape), so a neighbouring dataset would
+  move other chunks' values; a batch of one is a function of that chunk alone
+  (``docs/design.md``, "Fixed-shape private forward passes").
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -11,6 +22,7 @@ from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
 from dpmtv.models.base import ModelAdapter
+from dpmtv.prompt_budget import encode_one_within
 from dpmtv.prompts import Prompt
 
 
@@ -18,14 +30,31 @@ def extract_selected_heads(
     adapter: ModelAdapter, prompts: Sequence[Prompt], heads: HeadSet
 ) -> dict[int, np.ndarray]:
     """One forward pass over ``prompts``; per layer the selected heads, flattened: (B, k_l*d)."""
+    return selected_heads_of(adapter, adapter.encode(prompts), heads)
+
+
+def selected_heads_of(
+    adapter: ModelAdapter, inputs: Mapping[str, torch.Tensor], heads: HeadSet
+) -> dict[int, np.ndarray]:
+    """One forward pass over encoded ``inputs``; per layer the selected heads: (B, k_l*d)."""
     layers = heads.layers
     with torch.no_grad(), capture_last_token(adapter, layers) as capture:
-        adapter.model(**adapter.encode(prompts))
+        adapter.model(**inputs)
     out: dict[int, np.ndarray] = {}
     for layer in layers:
         selected = capture.activations[layer][:, heads.heads_in(layer), :]  # (B, k_l, d)
         out[layer] = selected.reshape(selected.shape[0], -1).double().numpy()
     return out
+
+
+def extract_each_chunk(
+    adapter: ModelAdapter, prompts: Iterable[Prompt], heads: HeadSet, *, max_prompt_tokens: int
+) -> Iterator[dict[int, np.ndarray] | None]:
+    """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
+    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget)."""
+    for prompt in prompts:
+        inputs = encode_one_within(adapter, prompt, max_prompt_tokens=max_prompt_tokens)
+        yield None if inputs is None else selected_heads_of(adapter, inputs, heads)
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:

@@ -89,6 +89,9 @@ class BuildSettings:
     private_selection: PrivateSelectionSettings | None = None
     head_selection: dict[str, Any] = field(default_factory=lambda: {"method": "user"})
     progress: bool = True
+    # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
+    # follow dpmtv.prompt_budget.OVER_LENGTH_RULE. Private chunks are never batched together.
+    max_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         unit = parse_privacy_unit(self.privacy_unit)

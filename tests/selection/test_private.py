@@ -30,7 +30,7 @@ def test_votes_are_bounded_and_favour_the_planted_heads(planted, public_records)
 def test_a_chunk_vote_depends_only_on_its_own_records(planted, public_records):
     loaded, _ = planted
     chunks = _chunks(public_records)[:3] + [public_records[:1]]  # the last has no demonstration
-    together = chunk_votes(loaded, chunks, max_votes_per_chunk=2, batch_size=4, progress=False)
+    together = chunk_votes(loaded, chunks, max_votes_per_chunk=2, progress=False)
     alone = [chunk_votes(loaded, [c], max_votes_per_chunk=2, progress=False)[0] for c in chunks]
     assert together == alone and together[-1] == ()
 

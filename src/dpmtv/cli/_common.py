@@ -127,6 +127,7 @@ def print_vector_summary(metadata, *, path) -> None:
             ),
         ),
         ("query / centring", f"{metadata.prompt.get('query')} / {metadata.prompt.get('center')}"),
+        ("prompt budget", _prompt_budget(metadata.prompt)),
         (
             "library",
             f"dpmtv {metadata.library_version}, format {metadata.format_version}, {metadata.created_at}",
@@ -160,3 +161,14 @@ def accounting_in_words(p) -> str:
             f". For the σ drawn the accountant certifies ε = {p.epsilon_spent:.3g} < {p.epsilon:g}: {why}"
         )
     return words
+
+
+def _prompt_budget(prompt: dict) -> str:
+    """The public prompt-length rule; artifacts from before it was recorded batched private chunks."""
+    if prompt.get("max_prompt_tokens") is None:
+        return (
+            "not recorded (older build: private chunks were batched, so one chunk's length could "
+            "move others' values)"
+        )
+    rule = prompt.get("over_length_rule")
+    return f"{prompt['max_prompt_tokens']} tokens, {rule}; one chunk per forward pass"

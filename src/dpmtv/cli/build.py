@@ -142,7 +142,21 @@ from dpmtv.errors import ParameterError
     show_default=True,
     help="Public centring reference: 'none', 'blank', or a public records file.",
 )
-@click.option("--batch-size", type=int, default=4, show_default=True)
+@click.option(
+    "--batch-size",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Batch size of PUBLIC prompts (centring reference, public selection). Private chunks always "
+    "run one per forward pass, so no chunk's numerics depend on another's.",
+)
+@click.option(
+    "--max-prompt-tokens",
+    type=click.IntRange(min=1),
+    help="Public token budget of one chunk prompt (default: the model's position limit; recorded in "
+    "the artifact). Rule: a longer prompt keeps its leading demonstrations that fit; a chunk whose "
+    "query alone does not fit contributes nothing (no vector, no selection vote).",
+)
 @click.option(
     "--noise-sampler",
     type=click.Choice(["opendp", "csprng-numpy"]),
@@ -186,6 +200,7 @@ def command(
     dtype,
     device,
     quiet,
+    max_prompt_tokens,
     heads_from,
     select_k,
     select_method,
@@ -260,6 +275,7 @@ def command(
         private_selection=private_selection,
         head_selection=head_selection,
         progress=not quiet,
+        max_prompt_tokens=max_prompt_tokens,
     )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
     result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)

@@ -77,7 +77,13 @@ from dpmtv.errors import ParameterError
 @click.option("--max-new-tokens", type=int, default=10, show_default=True)
 @click.option("--batch-size", type=int, default=8, show_default=True)
 @click.option(
-    "--context-limit", type=int, help="Prompt token budget for icl:K (default: the model's position limit)."
+    "--context-limit",
+    "--max-prompt-tokens",
+    "context_limit",
+    type=int,
+    help="Public token budget of every prompt (default: the model's position limit): icl:K and dp-icl "
+    "keep their leading demonstrations that fit with room for --max-new-tokens; dp-mtv/mtv chunk "
+    "prompts follow the build's rule (see `dpmtv build --help`). Private chunks are never batched.",
 )
 @click.option(
     "--non-private", is_flag=True, help="Allow the NON-PRIVATE baselines (mtv, icl:K; ε = ∞, labelled)."

@@ -11,14 +11,14 @@ each chunk's images are decoded once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from dpmtv.eval.benchmarks import Benchmark
-from dpmtv.eval.generation import ExampleCache, derive_seed, generate_answers
+from dpmtv.eval.generation import ExampleCache, context_limit, derive_seed, generate_answers
 from dpmtv.eval.methods import MethodContext, MethodOutput
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import SeededGaussianSampler, epsilon_of, partition_replace_one, seeded_rng
@@ -31,6 +31,7 @@ from dpmtv.privacy.vote import (
     vote_l2_sensitivity,
     votes_by_candidate,
 )
+from dpmtv.prompt_budget import fit_prompt
 from dpmtv.prompts import Prompt
 
 
@@ -61,19 +62,23 @@ def collect_votes(
     seed: int,
     max_chunks: int | None,
     max_new_tokens: int,
-    batch_size: int,
+    max_prompt_tokens: int,
     advance: Callable[[int], None] = lambda n: None,
 ) -> RecordedVotes:
-    """Generate one answer per (chunk, query) and count the normalised answers per query."""
+    """Generate one answer per (chunk, query) and count the normalised answers per query.
+
+    Every (chunk, query) prompt is generated on its own (:func:`_chunk_answers`), so a chunk's
+    votes are a function of its own demonstrations and the public queries.
+    """
     partition = partition_replace_one(
         len(benchmark.train), shots_per_chunk=shots, rng=seeded_rng(derive_seed(seed, "dp-icl", shots))
     )
     chunks = partition.chunks[:max_chunks] if max_chunks else partition.chunks
-    answers = generate_answers(
+    answers = _chunk_answers(
         loaded,
         _chunk_prompts(benchmark, chunks, examples),
         max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
+        max_prompt_tokens=max_prompt_tokens,
         advance=advance,
     )
     queries, scorer = benchmark.test, benchmark.scorer
@@ -92,6 +97,29 @@ def _chunk_prompts(
         demos = tuple(examples(benchmark.train[int(i)], with_answer=True) for i in chunk)
         for query in benchmark.test:
             yield Prompt(demos, examples(query, with_answer=False))
+
+
+def _chunk_answers(
+    loaded: LoadedModel,
+    prompts: Iterable[Prompt],
+    *,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    advance: Callable[[int], None],
+) -> list[str]:
+    """Greedy answers, one prompt per forward pass (batching would let one chunk's prompt length
+    change another's numerics). A prompt longer than ``max_prompt_tokens`` keeps its leading
+    demonstrations that fit (:mod:`dpmtv.prompt_budget`); a query that does not fit alone gets the
+    empty answer, a vote for no candidate."""
+    answers = []
+    for prompt in prompts:
+        fitted = fit_prompt(loaded.adapter, prompt, max_prompt_tokens=max_prompt_tokens)
+        if fitted is None:
+            answers.append("")
+        else:
+            answers.extend(generate_answers(loaded, [fitted], max_new_tokens=max_new_tokens, batch_size=1))
+        advance(1)
+    return answers
 
 
 def release_answers(votes: RecordedVotes, *, noise_std: float, sampler: NoiseSampler) -> list[str]:
@@ -134,7 +162,7 @@ def collect_dp_icl_votes(ctx: MethodContext, shots: int, seed: int) -> RecordedV
             seed=seed,
             max_chunks=s.dp_icl_max_chunks,
             max_new_tokens=s.max_new_tokens,
-            batch_size=s.batch_size,
+            max_prompt_tokens=context_limit(ctx.loaded, s.context_limit) - s.max_new_tokens,
             advance=advance,
         )
 

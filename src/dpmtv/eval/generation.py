@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from dpmtv.data.records import Record
-from dpmtv.errors import ParameterError
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
+from dpmtv.prompt_budget import fit_demonstrations, model_position_limit, prompt_length  # noqa: F401 (re-exported)
 from dpmtv.prompts import Example, Prompt
 
 
@@ -50,40 +50,7 @@ class ExampleCache:
 
 def context_limit(loaded: LoadedModel, override: int | None = None) -> int:
     """Token budget of one prompt: ``override``, else the text model's position limit."""
-    if override is not None:
-        return int(override)
-    config = loaded.adapter.text_config(loaded.model.config)
-    limit = getattr(config, "max_position_embeddings", None)
-    if not limit:
-        raise ParameterError("the model config has no max_position_embeddings; pass a context limit")
-    return int(limit)
-
-
-def prompt_length(adapter: ModelAdapter, prompt: Prompt) -> int:
-    """Tokens of the encoded prompt (images expanded to their tokens, as the model sees it)."""
-    return int(adapter.encode([prompt])["input_ids"].shape[1])
-
-
-def fit_demonstrations(
-    adapter: ModelAdapter, demos: Sequence[Example], query: Example, *, budget: int
-) -> int:
-    """The largest ``k <= len(demos)`` with ``len(prompt(demos[:k], query)) <= budget``.
-
-    Prompt length grows with ``k``, so a binary search needs ``log2(len(demos))`` encodings.
-
-    Raises:
-        ParameterError: even the zero-shot prompt exceeds the budget.
-    """
-    if prompt_length(adapter, Prompt(tuple(demos), query)) <= budget:
-        return len(demos)
-    low, high = 0, len(demos)  # low fits (checked below), high does not
-    if prompt_length(adapter, Prompt((), query)) > budget:
-        raise ParameterError(f"the query alone needs more than the {budget}-token context budget")
-    while high - low > 1:
-        middle = (low + high) // 2
-        fits = prompt_length(adapter, Prompt(tuple(demos[:middle]), query)) <= budget
-        low, high = (middle, high) if fits else (low, middle)
-    return low
+    return int(override) if override is not None else model_position_limit(loaded.adapter)
 
 
 def generate_answers(

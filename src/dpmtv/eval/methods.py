@@ -307,6 +307,7 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
         allow_insecure_seed=True,
         head_selection={"method": "user", "spec": ctx.head_spec},
         progress=s.progress,
+        max_prompt_tokens=s.context_limit,
     )
     result = build_task_vector(ctx.loaded, ctx.benchmark.train, heads, settings)
     answers = answer_queries(

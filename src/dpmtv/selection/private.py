@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
-from dpmtv.extract import extract_selected_heads
+from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.selection import PrivateSelectionPlan, noisy_top_k, vote_histogram
+from dpmtv.prompt_budget import encode_one_within, resolve_max_prompt_tokens
 from dpmtv.prompts import Example, zero_shot
 from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
@@ -54,44 +55,56 @@ def chunk_votes(
     *,
     max_votes_per_chunk: int,
     pool: HeadSet | None = None,
-    batch_size: int = 4,
+    max_prompt_tokens: int | None = None,
     progress: bool = True,
 ) -> list[tuple[int, ...]]:
     """One vote tuple per chunk: flat head ids ``layer·H + head`` (module docstring).
 
-    Chunks with fewer than two records (no demonstration) cast no vote.
+    Chunks with fewer than two records (no demonstration), or whose query alone exceeds
+    ``max_prompt_tokens`` (:mod:`dpmtv.prompt_budget`), cast no vote.
     """
     geometry = loaded.adapter.geometry
     pool_mask = mask_of(pool or all_heads(geometry), geometry)  # (L, H) bool
-    votes: list[tuple[int, ...]] = []
+    scores = chunk_head_scores(loaded, chunks, max_prompt_tokens=max_prompt_tokens, progress=progress)
+    return [() if s is None else _top_positive(s, pool_mask, max_votes_per_chunk) for s in scores]
+
+
+def chunk_head_scores(
+    loaded: LoadedModel,
+    chunks: Sequence[Sequence[Record]],
+    *,
+    max_prompt_tokens: int | None = None,
+    progress: bool = True,
+) -> Iterator[torch.Tensor | None]:
+    """Per chunk, the attribution score of every head (L, H) float32, or None (no vote).
+
+    Each chunk gets its own forward and backward passes (never batched with other chunks), so its
+    scores are a function of its own records; ``max_prompt_tokens`` (None: the model's position
+    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`.
+    """
+    budget = resolve_max_prompt_tokens(loaded.adapter, max_prompt_tokens)
     with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
-        for start in range(0, len(chunks), batch_size):
-            batch = list(chunks[start : start + batch_size])
-            votes.extend(_batch_votes(loaded, batch, max_votes_per_chunk, pool_mask))
-            advance(len(batch))
-    return votes
+        for chunk in chunks:
+            yield _chunk_scores(loaded, chunk, budget)
+            advance(1)
 
 
-def _batch_votes(loaded, batch, k_prime: int, pool_mask: torch.Tensor) -> list[tuple[int, ...]]:
+def _chunk_scores(loaded, chunk: Sequence[Record], budget: int) -> torch.Tensor | None:
     from dpmtv.chunks import chunk_prompt
 
-    usable = [index for index, chunk in enumerate(batch) if len(chunk) >= 2]
-    out: list[tuple[int, ...]] = [() for _ in batch]
-    if not usable:
-        return out
+    if len(chunk) < 2:
+        return None
     adapter = loaded.adapter
     geometry = adapter.geometry
-    prompts = [chunk_prompt(batch[i], query="record", query_question="") for i in usable]
-    captured = extract_selected_heads(adapter, prompts, all_heads(geometry))  # layer -> (B, H*d)
-    stacked = np.stack([captured[layer] for layer in range(geometry.num_layers)], axis=1)  # (B, L, H*d)
-    values = torch.from_numpy(
-        stacked.reshape(len(usable), geometry.num_layers, geometry.num_heads, -1)
-    ).float()
-    queries = [_held_out_query(adapter, batch[i][-1]) for i in usable]
-    scores = attribution_scores(adapter, queries, values, batch_size=len(usable))  # (B, L, H)
-    for row, index in enumerate(usable):
-        out[index] = _top_positive(scores[row], pool_mask, k_prime)
-    return out
+    prompt = chunk_prompt(chunk, query="record", query_question="")
+    inputs = encode_one_within(adapter, prompt, max_prompt_tokens=budget)
+    if inputs is None:  # the query alone exceeds the budget (so does its zero-shot prompt)
+        return None
+    captured = selected_heads_of(adapter, inputs, all_heads(geometry))  # layer -> (1, H*d)
+    stacked = np.stack([captured[layer][0] for layer in range(geometry.num_layers)])  # (L, H*d)
+    values = torch.from_numpy(stacked.reshape(1, geometry.num_layers, geometry.num_heads, -1)).float()
+    query = _held_out_query(adapter, chunk[-1])
+    return attribution_scores(adapter, [query], values, batch_size=1)[0]  # (L, H)
 
 
 def _held_out_query(adapter, record: Record) -> Query:
@@ -112,7 +125,7 @@ def select_private(
     *,
     plan: PrivateSelectionPlan,
     pool: HeadSet | None = None,
-    batch_size: int = 4,
+    max_prompt_tokens: int | None = None,
     rng: np.random.Generator | None = None,
     progress: bool = True,
 ) -> SelectionResult:
@@ -130,7 +143,7 @@ def select_private(
         chunks,
         max_votes_per_chunk=plan.max_votes_per_chunk,
         pool=pool,
-        batch_size=batch_size,
+        max_prompt_tokens=max_prompt_tokens,
         progress=progress,
     )
     counts = vote_histogram(
