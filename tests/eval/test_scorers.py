@@ -75,19 +75,21 @@ def test_vqa_accuracy_leave_one_out(matches, expected):
     # c matching of 10: (c·min(1,(c-1)/3) + (10-c)·min(1,c/3)) / 10, worked by hand:
     # c=1: 9·(1/3)/10 = .3; c=2: (2/3 + 8·2/3)/10 = .6; c=3: (3·2/3 + 7)/10 = .9
     answers = ["2"] * matches + ["many"] * (10 - matches)
-    assert vqa_accuracy("two", answers) == pytest.approx(expected)
+    for rule in ("vqa", "vizwiz", "lenient"):
+        assert vqa_accuracy("2", answers, rule=rule) == pytest.approx(expected)
 
 
-def test_vqa_accuracy_normalises_both_sides_or_follows_the_official_rule():
+def test_vqa_accuracy_rules_differ_where_the_evaluators_do():
     raw = ["Two."] * 3 + ["three"] * 7
-    assert vqa_accuracy("2", raw) == pytest.approx(0.9)
-    # official: references only get the punctuation step ("Two." -> "Two"), so "2" never matches
-    assert vqa_accuracy("2", raw, references="official") == 0.0
-    assert vqa_accuracy("2", ["2"] * 10, references="official") == 1.0
-    with pytest.raises(ParameterError, match="references"):
-        vqa_accuracy("2", raw, references="fuzzy")
+    assert vqa_accuracy("2", raw, rule="lenient") == pytest.approx(0.9)
+    assert vqa_accuracy("2", raw, rule="vqa") == pytest.approx(0.9)  # 2021: references normalised too
+    assert vqa_accuracy("2", raw, rule="vizwiz") == 0.0  # references compared as written
+    # the pre-2021 VQA rule scored this 0.0 (normalised prediction vs raw references)
+    assert vqa_accuracy("Yes", ["Yes"] * 10, rule="vqa") == 1.0
+    with pytest.raises(ParameterError, match="rule"):
+        vqa_accuracy("2", raw, rule="fuzzy")
     with pytest.raises(ParameterError, match="at least one"):
-        vqa_accuracy("2", [])
+        vqa_accuracy("2", [], rule="vqa")
 
 
 @pytest.mark.parametrize(
@@ -125,7 +127,7 @@ def _record(rid: str, answer: str = "") -> Record:
 
 
 def test_scorers_bind_references_and_candidates():
-    vqa = VQAScorer({"q1": ["Two"] * 10, "q2": ["red"] * 4 + ["blue"] * 6})
+    vqa = VQAScorer({"q1": ["Two"] * 10, "q2": ["red"] * 4 + ["blue"] * 6}, rule="lenient")
     assert vqa.score(_record("q1"), "2") == {"vqa_accuracy": 1.0}
     assert vqa.candidates(_record("q2")) == ("2", "blue", "red")
     assert list(vqa.candidate_scores(_record("q2"), ["2", "blue", "red"])) == pytest.approx([0.0, 1.0, 1.0])

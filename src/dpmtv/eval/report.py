@@ -143,6 +143,7 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         "",
         f"{b['num_train']} demonstrations (private pool), {b['num_test']} queries; seeds "
         f"{list(c['seeds'])}; δ = {c['delta']:g}; heads {c['heads']}; dpmtv {c['dpmtv_version']}.",
+        f"Scoring: {b.get('scoring', 'see the benchmark')}.",
         "Means over seeds with 95% t-intervals. NON-PRIVATE rows read the private pool without "
         "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
         "",

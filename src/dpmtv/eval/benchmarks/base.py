@@ -48,6 +48,7 @@ class Benchmark:
             "num_test": len(self.test),
             "metrics": list(self.scorer.metrics),
             "primary_metric": self.scorer.primary,
+            "scoring": self.scorer.description,
             "notes": list(self.notes),
         }
 
