@@ -15,6 +15,7 @@ from dpmtv.eval.scorers import (
     aggregate_scores,
     closed_exact_match,
     extract_option_letter,
+    is_yes_no_question,
     open_exact_match,
     token_recall,
     vqa_accuracy,
@@ -144,10 +145,37 @@ def test_scorers_bind_references_and_candidates():
     medical = MedicalScorer({"c": "closed", "o": "open"}, {"c": "yes", "o": "liver"})
     assert medical.score(_record("c", "yes"), "Yes.") == {"closed_accuracy": 1.0}
     assert medical.score(_record("o", "liver"), "the liver") == {"open_exact_match": 1.0, "open_recall": 1.0}
-    assert medical.candidates(_record("c", "yes")) == ("yes", "no")
+    assert medical.candidates(_record("c", "yes")) == ("no", "yes")  # the one closed vocabulary
     assert medical.vote_key(_record("c", "yes"), "No, it is not") == "no"
 
     exact = ExactMatchScorer.for_queries([_record("a", "Red"), _record("b", "blue")])
     assert exact.candidates(_record("a")) == ("blue", "red")
     scores = [exact.score(_record("a", "red"), "red"), exact.score(_record("b", "blue"), "red")]
     assert aggregate_scores(scores) == {"accuracy": 0.5, "token_recall": 0.5}
+
+
+def test_closed_medical_candidates_do_not_depend_on_the_gold_answer():
+    """Two closed queries with the same question but different gold answers get the same
+    candidates (the old rule gave yes/no only when the gold answer was yes/no)."""
+    kinds = {"a": "closed", "b": "closed", "c": "closed"}
+    gold = {"a": "yes", "b": "left", "c": "CT"}
+    questions = {"a": "Is there a fracture?", "b": "Is there a fracture?", "c": "Is this an MRI or a CT?"}
+    medical = MedicalScorer(kinds, gold, questions)
+    assert medical.candidates(_record("a", "yes")) == medical.candidates(_record("b", "left")) == ("yes", "no")
+    assert medical.candidates(_record("c", "CT")) == ("ct", "left", "no", "yes")
+    swapped = MedicalScorer(kinds, {"a": "left", "b": "yes", "c": "CT"}, questions)
+    assert swapped.candidates(_record("a")) == medical.candidates(_record("a"))
+
+
+@pytest.mark.parametrize(
+    ("question", "yes_no"),
+    [
+        ("Is there a fracture?", True),
+        ("Does the liver appear normal?\nAnswer the question using a single word or phrase.", True),
+        ("Are the kidneys or the liver enlarged?", False),
+        ("Which side is the lesion on?", False),
+        ("", False),
+    ],
+)
+def test_yes_no_questions_are_recognised_from_the_question(question, yes_no):
+    assert is_yes_no_question(question) is yes_no

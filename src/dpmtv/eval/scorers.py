@@ -47,6 +47,7 @@ __all__ = [
     "aggregate_scores",
     "closed_exact_match",
     "extract_option_letter",
+    "is_yes_no_question",
     "normalize_answer",
     "open_exact_match",
     "option_letter_accuracy",
@@ -313,12 +314,20 @@ class MedicalScorer(Scorer):
 
     metrics = ("closed_accuracy", "open_exact_match", "open_recall")
 
-    def __init__(self, kinds: Mapping[str, str], answers: Mapping[str, str]):
+    def __init__(
+        self,
+        kinds: Mapping[str, str],
+        answers: Mapping[str, str],
+        questions: Mapping[str, str] | None = None,
+    ):
         bad = {kind for kind in kinds.values()} - {"closed", "open"}
         if bad:
             raise ParameterError(f"question kinds must be 'closed' or 'open', got {sorted(bad)}")
         self.kinds = dict(kinds)
-        self.closed_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "closed")
+        self.questions = dict(questions or {})
+        self.closed_vocabulary = _vocabulary(
+            [*YES_NO, *(answers[k] for k, kind in kinds.items() if kind == "closed")]
+        )
         self.open_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "open")
 
     def score(self, record: Record, prediction: str) -> dict[str, float]:
@@ -336,6 +345,22 @@ class MedicalScorer(Scorer):
         return key
 
     def candidates(self, record: Record) -> tuple[str, ...]:
+        """Open: the open vocabulary. Closed: yes/no when the QUESTION reads as a yes/no one
+        (:func:`is_yes_no_question`), else the one closed vocabulary (yes, no and every closed
+        test answer) — never decided from the query's own gold answer."""
         if self._lookup(self.kinds, record) == "open":
             return self.open_vocabulary
-        return YES_NO if normalize_answer(record.answer) in YES_NO else self.closed_vocabulary
+        question = self.questions.get(record.record_id, record.question)
+        return YES_NO if is_yes_no_question(question) else self.closed_vocabulary
+
+
+_YES_NO_OPENERS = frozenset(
+    "is are was were do does did can could has have had will would should shall may might must".split()
+)
+
+
+def is_yes_no_question(question: str) -> bool:
+    """The question's first line opens with an auxiliary verb and offers no ``or`` alternative
+    (``Is there a fracture?`` yes; ``Is this an MRI or a CT?`` no)."""
+    words = re.findall(r"[a-z']+", question.split("\n", 1)[0].casefold())
+    return bool(words) and words[0] in _YES_NO_OPENERS and "or" not in words
