@@ -180,9 +180,14 @@ def test_vqa_rad_drops_training_rows_in_the_test_split_and_repeats(tmp_path):
     benchmark = load_benchmark("vqa-rad", root=_vqa_rad_with_overlap(tmp_path))
     assert len(benchmark.train) == 6 and len(benchmark.test) == 4
     test_keys = {(r.images[0].name, r.question.casefold(), r.answer.casefold()) for r in benchmark.test}
-    assert not {(r.images[0].name, r.question.casefold(), r.answer.casefold()) for r in benchmark.train} & test_keys
-    assert any("dropped 1 training row(s) that also appear in the test split and 2 repeated" in n
-               for n in benchmark.notes)
+    assert (
+        not {(r.images[0].name, r.question.casefold(), r.answer.casefold()) for r in benchmark.train}
+        & test_keys
+    )
+    assert any(
+        "dropped 1 training row(s) that also appear in the test split and 2 repeated" in n
+        for n in benchmark.notes
+    )
 
 
 def test_pathvqa_reads_numpy_strings_and_drops_overlap(tmp_path):

@@ -161,7 +161,9 @@ def test_closed_medical_candidates_do_not_depend_on_the_gold_answer():
     gold = {"a": "yes", "b": "left", "c": "CT"}
     questions = {"a": "Is there a fracture?", "b": "Is there a fracture?", "c": "Is this an MRI or a CT?"}
     medical = MedicalScorer(kinds, gold, questions)
-    assert medical.candidates(_record("a", "yes")) == medical.candidates(_record("b", "left")) == ("yes", "no")
+    assert (
+        medical.candidates(_record("a", "yes")) == medical.candidates(_record("b", "left")) == ("yes", "no")
+    )
     assert medical.candidates(_record("c", "CT")) == ("ct", "left", "no", "yes")
     swapped = MedicalScorer(kinds, {"a": "left", "b": "yes", "c": "CT"}, questions)
     assert swapped.candidates(_record("a")) == medical.candidates(_record("a"))

@@ -173,8 +173,12 @@ def test_vqa_accuracy_matches_every_hand_derived_case(rule):
     disagreements = [
         (row[0], row[1], _expected(row, rule), got)
         for row in CASES
-        if not math.isclose(got := vqa_accuracy(_prediction(row[0]), _answers(row[1]), rule=rule),
-                            _expected(row, rule), rel_tol=1e-12, abs_tol=1e-12)
+        if not math.isclose(
+            got := vqa_accuracy(_prediction(row[0]), _answers(row[1]), rule=rule),
+            _expected(row, rule),
+            rel_tol=1e-12,
+            abs_tol=1e-12,
+        )
     ]
     assert disagreements == []
 

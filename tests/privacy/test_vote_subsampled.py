@@ -13,7 +13,7 @@ from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmtv.errors import ParameterError
-from dpmtv.eval.dp_icl import poisson_ensemble, subsampling_probability
+from dpmtv.eval.dp_icl import ensemble_from_draws, poisson_ensemble, subsampling_probability
 from dpmtv.privacy import SeededGaussianSampler
 from dpmtv.privacy.vote import (
     calibrate_per_query_noise,
@@ -28,11 +28,13 @@ ALPHA = 1e-6  # false-failure rate of the statistical test below
 
 
 def test_event_is_a_poisson_sampled_unit_sensitivity_gaussian_self_composed():
-    assert subsampled_vote_event(noise_std=3.0, sampling_probability=0.1) == dp_accounting.PoissonSampledDpEvent(
-        0.1, dp_accounting.GaussianDpEvent(3.0 / math.sqrt(2))
-    )
+    assert subsampled_vote_event(
+        noise_std=3.0, sampling_probability=0.1
+    ) == dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(3.0 / math.sqrt(2)))
     event = subsampled_dp_icl_event(noise_std=3.0, sampling_probability=0.1, num_queries=5)
-    assert event == dp_accounting.SelfComposedDpEvent(subsampled_vote_event(noise_std=3.0, sampling_probability=0.1), 5)
+    assert event == dp_accounting.SelfComposedDpEvent(
+        subsampled_vote_event(noise_std=3.0, sampling_probability=0.1), 5
+    )
     for bad in (0.0, 1.5, math.nan):
         with pytest.raises(ParameterError, match="sampling_probability"):
             subsampled_vote_event(noise_std=3.0, sampling_probability=bad)
@@ -43,7 +45,9 @@ def test_event_is_a_poisson_sampled_unit_sensitivity_gaussian_self_composed():
 )
 def test_epsilon_matches_dp_accounting_directly(noise_std, q, num_queries):
     delta = 1e-5
-    ours = subsampled_dp_icl_epsilon(noise_std=noise_std, sampling_probability=q, delta=delta, num_queries=num_queries)
+    ours = subsampled_dp_icl_epsilon(
+        noise_std=noise_std, sampling_probability=q, delta=delta, num_queries=num_queries
+    )
     # route 1: dp-accounting's PLD accountant, fed the event built here, composed count times
     accountant = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     base = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise_std / math.sqrt(2)))
@@ -51,7 +55,10 @@ def test_epsilon_matches_dp_accounting_directly(noise_std, q, num_queries):
     assert ours == pytest.approx(accountant.get_epsilon(delta), rel=2e-3)
     # route 2: the subsampled Gaussian PLD with sensitivity √2 stated directly (finer grid)
     pld = privacy_loss_distribution.from_gaussian_mechanism(
-        standard_deviation=noise_std, sensitivity=math.sqrt(2), sampling_prob=q, value_discretization_interval=1e-4
+        standard_deviation=noise_std,
+        sensitivity=math.sqrt(2),
+        sampling_prob=q,
+        value_discretization_interval=1e-4,
     ).self_compose(num_queries)
     assert ours == pytest.approx(pld.get_epsilon_for_delta(delta), rel=2e-3)
     # route 3: RDP is a looser upper bound
@@ -59,8 +66,13 @@ def test_epsilon_matches_dp_accounting_directly(noise_std, q, num_queries):
     rdp.compose(base, num_queries)
     assert ours <= rdp.get_epsilon(delta) + 1e-9
     # amplification: never worse than the un-subsampled vote
-    assert ours <= subsampled_dp_icl_epsilon(noise_std=noise_std, sampling_probability=1.0, delta=delta,
-                                             num_queries=num_queries) + 1e-9
+    assert (
+        ours
+        <= subsampled_dp_icl_epsilon(
+            noise_std=noise_std, sampling_probability=1.0, delta=delta, num_queries=num_queries
+        )
+        + 1e-9
+    )
 
 
 @pytest.mark.parametrize(("num_queries", "q"), [(1, 0.0625), (100, 0.0625), (10_000, 0.25)])
@@ -68,31 +80,41 @@ def test_calibration_never_overshoots_and_is_tight(num_queries, q):
     sigma = calibrate_subsampled_query_noise(
         total_epsilon=1.0, delta=1e-5, num_queries=num_queries, sampling_probability=q
     )
-    spent = subsampled_dp_icl_epsilon(noise_std=sigma, sampling_probability=q, delta=1e-5, num_queries=num_queries)
+    spent = subsampled_dp_icl_epsilon(
+        noise_std=sigma, sampling_probability=q, delta=1e-5, num_queries=num_queries
+    )
     assert spent <= 1.0 and spent == pytest.approx(1.0, rel=1e-2)
     assert sigma < calibrate_per_query_noise(total_epsilon=1.0, delta=1e-5, num_queries=num_queries)
 
 
 def test_adding_a_record_changes_at_most_the_one_prompt_it_lands_in():
-    """The coupling of the Δ = √2 derivation: draw inclusion and prompt per record from a shared
-    stream; the ensemble without record r is the ensemble with it, r removed."""
+    """The coupling of the Δ = √2 derivation, on the real ensemble builder: the neighbour
+    without record r shares every other record's draws; exactly the prompt r joined differs
+    (by r alone), or nothing when r was not sampled."""
     n, prompts, q = 200, 8, 0.2
-    for seed in range(20):
-        uniforms = np.random.default_rng(seed).random((n, 2))
-        def ensemble(records):
-            members = [r for r in records if uniforms[r, 0] < q]
-            return [sorted(r for r in members if int(uniforms[r, 1] * prompts) == p) for p in range(prompts)]
-        removed = seed % n
-        with_r, without_r = ensemble(range(n)), ensemble([r for r in range(n) if r != removed])
-        assert sum(a != b for a, b in zip(with_r, without_r, strict=True)) <= 1
+    for seed in range(30):
+        draws = np.random.default_rng(seed).random((n, 3))
+        removed = (7 * seed) % n
+        keep = np.arange(n) != removed
+        full = ensemble_from_draws(draws, num_prompts=prompts, sampling_probability=q)
+        neighbour = ensemble_from_draws(
+            draws[keep], num_prompts=prompts, sampling_probability=q, record_ids=np.arange(n)[keep]
+        )
+        changed = [p for p in range(prompts) if not np.array_equal(full[p], neighbour[p])]
+        assert len(changed) <= 1
+        assert len(changed) == (draws[removed, 0] < q)
+        for p in changed:
+            assert list(full[p][full[p] != removed]) == list(neighbour[p])
 
 
 def test_poisson_ensemble_sizes_and_rate():
     q = subsampling_probability(2048, shots=4, num_prompts=64)
     assert q == 0.125
     rng = np.random.default_rng(0)
-    sizes = [sum(len(m) for m in poisson_ensemble(2048, num_prompts=64, sampling_probability=q, rng=rng))
-             for _ in range(200)]
+    sizes = [
+        sum(len(m) for m in poisson_ensemble(2048, num_prompts=64, sampling_probability=q, rng=rng))
+        for _ in range(200)
+    ]
     # Binomial(2048, 0.125): mean 256, sd ≈ 15.0; the mean of 200 draws within 6 sd/√200 (α < 1e-8)
     assert abs(np.mean(sizes) - 256) < 6 * math.sqrt(2048 * q * (1 - q)) / math.sqrt(200)
     ensemble = poisson_ensemble(50, num_prompts=5, sampling_probability=1.0, rng=rng)
@@ -111,9 +133,11 @@ def test_subsampled_beats_capped_at_equal_prompt_count():
     )
     assert subsampled < capped / 3
     votes, draws = np.array([60.0, 4.0, 0.0, 0.0]), 4000
+
     def right(sigma, seed):
         sampler = SeededGaussianSampler(seed)
         return sum(noisy_argmax(votes, noise_std=sigma, sampler=sampler) == 0 for _ in range(draws)) / draws
+
     p_capped, p_subsampled = right(capped, 1), right(subsampled, 2)
     # two-proportion z-test, one-sided at α = 1e-6 (z > 4.75)
     pooled = (p_capped + p_subsampled) / 2

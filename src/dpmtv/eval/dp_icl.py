@@ -77,7 +77,9 @@ class RecordedVotes:
 
 
 # ---- ensembles (which demonstrations each prompt holds) -------------------------------------
-def full_partition_chunks(num_records: int, *, shots: int, seed: int, max_chunks: int | None) -> list[np.ndarray]:
+def full_partition_chunks(
+    num_records: int, *, shots: int, seed: int, max_chunks: int | None
+) -> list[np.ndarray]:
     """The replace-one partition into disjoint chunks of ``shots``, cut to ``max_chunks``."""
     partition = partition_replace_one(
         num_records, shots_per_chunk=shots, rng=seeded_rng(derive_seed(seed, "dp-icl", shots))
@@ -93,13 +95,27 @@ def subsampling_probability(num_records: int, *, shots: int, num_prompts: int) -
 def poisson_ensemble(
     num_records: int, *, num_prompts: int, sampling_probability: float, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    """One query's ensemble: each record joins with probability ``q`` (independently), then goes
-    to one of the ``num_prompts`` prompts drawn uniformly (independently), in a random order.
-    Adding a record changes at most the one prompt it lands in (see :mod:`dpmtv.privacy.vote`)."""
-    sampled = np.flatnonzero(rng.random(num_records) < sampling_probability)
-    sampled = sampled[rng.permutation(len(sampled))]
-    prompt_of = rng.integers(num_prompts, size=len(sampled))
-    return [sampled[prompt_of == p] for p in range(num_prompts)]
+    """One query's ensemble from three uniform draws per record (:func:`ensemble_from_draws`)."""
+    return ensemble_from_draws(
+        rng.random((num_records, 3)), num_prompts=num_prompts, sampling_probability=sampling_probability
+    )
+
+
+def ensemble_from_draws(
+    draws: np.ndarray, *, num_prompts: int, sampling_probability: float, record_ids: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Row ``i`` of ``draws`` (``(N, 3)`` uniforms) decides record ``i`` alone: it joins when
+    ``u₀ < q`` (Poisson sampling), goes to prompt ``floor(u₁·M)`` and sits in the prompt in the
+    order of ``u₂``. Since no record's draws touch another's, adding or removing a record changes
+    at most the one prompt it lands in (the coupling behind Δ = √2 in :mod:`dpmtv.privacy.vote`)."""
+    ids = np.arange(len(draws)) if record_ids is None else np.asarray(record_ids)
+    joined = draws[:, 0] < sampling_probability
+    prompt = np.minimum((draws[:, 1] * num_prompts).astype(np.int64), num_prompts - 1)
+    out = []
+    for p in range(num_prompts):
+        members = np.flatnonzero(joined & (prompt == p))
+        out.append(ids[members[np.argsort(draws[members, 2], kind="stable")]])
+    return out
 
 
 def subsampled_ensembles(
@@ -240,7 +256,9 @@ def simulated_accuracy(
     return float(np.mean(means)) if means else float("nan")
 
 
-def collect_dp_icl_votes(ctx: MethodContext, shots: int, seed: int, num_prompts: int | None = None) -> RecordedVotes:
+def collect_dp_icl_votes(
+    ctx: MethodContext, shots: int, seed: int, num_prompts: int | None = None
+) -> RecordedVotes:
     """The votes of one seed (ε-independent; reused by every ε and the queries curve):
     subsampled ensembles of ``num_prompts`` prompts when given, else the full partition."""
     s, benchmark = ctx.settings, ctx.benchmark
@@ -249,16 +267,28 @@ def collect_dp_icl_votes(ctx: MethodContext, shots: int, seed: int, num_prompts:
         total = num_prompts * len(benchmark.test)
         with ctx.progress(f"dp-icl:{shots}:{num_prompts} votes seed {seed}", total) as advance:
             return collect_subsampled_votes(
-                ctx.loaded, benchmark, ctx.examples, shots=shots, num_prompts=num_prompts, seed=seed,
-                advance=advance, **common,
+                ctx.loaded,
+                benchmark,
+                ctx.examples,
+                shots=shots,
+                num_prompts=num_prompts,
+                seed=seed,
+                advance=advance,
+                **common,
             )
     num_chunks = len(benchmark.train) // shots
     if s.dp_icl_max_chunks:
         num_chunks = min(num_chunks, s.dp_icl_max_chunks)
     with ctx.progress(f"dp-icl:{shots} votes seed {seed}", num_chunks * len(benchmark.test)) as advance:
         return collect_votes(
-            ctx.loaded, benchmark, ctx.examples, shots=shots, seed=seed, max_chunks=s.dp_icl_max_chunks,
-            advance=advance, **common,
+            ctx.loaded,
+            benchmark,
+            ctx.examples,
+            shots=shots,
+            seed=seed,
+            max_chunks=s.dp_icl_max_chunks,
+            advance=advance,
+            **common,
         )
 
 
@@ -271,7 +301,10 @@ def per_query_noise_std(
     if sampling_probability is None:
         return calibrate_per_query_noise(total_epsilon=total_epsilon, delta=delta, num_queries=num_queries)
     return calibrate_subsampled_query_noise(
-        total_epsilon=total_epsilon, delta=delta, num_queries=num_queries, sampling_probability=sampling_probability
+        total_epsilon=total_epsilon,
+        delta=delta,
+        num_queries=num_queries,
+        sampling_probability=sampling_probability,
     )
 
 

@@ -80,7 +80,8 @@ def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
     flat, half = t_interval(list(curve.get("dp-mtv", {}).values()))
     if not math.isnan(flat):
         relation = curve.get("dp_mtv_relation", "replace-one")
-        ax.plot(grid, [flat] * len(grid), color="tab:green", label=f"dp-mtv, {relation} (one release, queries free)")
+        label = f"dp-mtv, {relation} (one release, queries free)"
+        ax.plot(grid, [flat] * len(grid), color="tab:green", label=label)
         ax.fill_between(grid, flat - (half or 0), flat + (half or 0), color="tab:green", alpha=0.15)
     zero = [r for r in summary if r["metric"] == metric and r["method"] == "zero-shot"]
     if zero:

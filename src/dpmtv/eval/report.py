@@ -193,7 +193,8 @@ def _notes(results: EvalResults) -> list[str]:
                 f"{d['num_chunks']} chunks of {d['shots_per_chunk']}"
                 if "sampling_probability" not in d
                 else f"{d['num_chunks']} prompts per query from a Poisson sample (q = "
-                f"{d['sampling_probability']:.4g}, {d['mean_shots_per_prompt']:.2f} demonstrations per prompt)"
+                f"{d['sampling_probability']:.4g}, {d['mean_shots_per_prompt']:.2f} demonstrations "
+                "per prompt)"
             )
             notes.append(
                 f"- {where}: {d['num_queries']} queries × {ensemble}; {d['neighbouring_relation']}; "

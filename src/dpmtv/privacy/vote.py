@@ -268,7 +268,8 @@ def calibrate_subsampled_query_noise(
     lower = upper
     while epsilon_of(make_event(lower), delta=delta) <= epsilon:
         if lower <= _SMALLEST_MULTIPLIER:
-            return _round_up(make_event, _SMALLEST_MULTIPLIER, epsilon=epsilon, delta=delta, step=0.01) * sqrt2
+            floor = _round_up(make_event, _SMALLEST_MULTIPLIER, epsilon=epsilon, delta=delta, step=0.01)
+            return floor * sqrt2
         upper, lower = lower, max(lower / 2, _SMALLEST_MULTIPLIER)
     tol = _SUBSAMPLED_RELATIVE_TOL * lower
     found = mechanism_calibration.calibrate_dp_mechanism(

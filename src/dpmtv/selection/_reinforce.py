@@ -41,8 +41,8 @@ def reinforce(
     token)`` (= −cross-entropy). With z-scored rewards ``z``, the REINFORCE loss
     ``−mean_s z_s · log P_θ(x_s)`` (``log P = x log p + (1 − x) log(1 − p)``, differentiated
     through the clamp) has gradient ``−mean_s z_s (x_s − p)`` where the clamp is inactive and 0
-    where it is; Adam (``lr``) steps on it. Finally ``final_samples`` subsets are drawn and the one with the lowest mean loss
-    on the held-out dev queries is kept (empty draws are skipped).
+    where it is; Adam (``lr``) steps on it. Finally ``final_samples`` subsets are drawn and the
+    one with the lowest mean loss on the held-out dev queries is kept (empty draws are skipped).
     """
     if steps < 0 or samples_per_step < 2 or final_samples < 1:
         raise ParameterError(
@@ -75,7 +75,9 @@ def reinforce(
 
 def _policy_step(search, logits, pool, optimizer, query: int, rows: int, generator) -> None:
     keep = keep_probabilities(logits)  # (L, H), differentiable
-    samples = torch.bernoulli(keep.detach().expand(rows, *logits.shape), generator=generator) * pool  # (R, L, H)
+    samples = (
+        torch.bernoulli(keep.detach().expand(rows, *logits.shape), generator=generator) * pool
+    )  # (R, L, H)
     reward = search.train.evaluate(samples, [query])[0][:, 0].double()  # (R,)
     z = ((reward - reward.mean()) / (reward.std() + 1e-8)).float()  # (R,)
     log_prob = samples * torch.log(keep) + (1 - samples) * torch.log1p(-keep)  # (R, L, H)

@@ -3,8 +3,8 @@
 Closed questions: the published ``answer_type`` ``CLOSED`` (VQA-RAD, SLAKE), or a yes/no answer
 (PathVQA, whose files carry no type). Everything else is open.
 
-The published splits of VQA-RAD and PathVQA overlap: VQA-RAD's training rows repeat, and one also appears in its test
-split; PathVQA's card notes duplicates too. Before anything else, each loader drops the training
+The published splits of VQA-RAD and PathVQA overlap: VQA-RAD's training rows repeat, and one also
+appears in its test split; PathVQA's card notes duplicates too. Before anything else, each loader drops the training
 rows whose (image, question, answer) — question case- and space-folded, answer in the VQA normal
 form — occurs in the test split, then repeated training rows, and reports both counts (and the
 repeated test rows, which are kept: they are the published queries).
@@ -199,7 +199,9 @@ def _string_scalar(dtype, raw: bytes = b"") -> str:
     import numpy as np
 
     if not isinstance(dtype, np.dtype) or dtype.kind not in ("U", "S") or not isinstance(raw, bytes):
-        raise RecordError(f"pathvqa: the .pkl file builds a numpy scalar of dtype {dtype!r}; only strings are read")
+        raise RecordError(
+            f"pathvqa: the .pkl file builds a numpy scalar of dtype {dtype!r}; only strings are read"
+        )
     if dtype.kind == "S":
         return raw.rstrip(b"\0").decode("utf-8", "replace")
     return raw.decode("utf-32-be" if dtype.byteorder == ">" else "utf-32-le").rstrip("\0")
