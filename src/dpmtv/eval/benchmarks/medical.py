@@ -4,10 +4,10 @@ Closed questions: the published ``answer_type`` ``CLOSED`` (VQA-RAD, SLAKE), or 
 (PathVQA, whose files carry no type). Everything else is open.
 
 The published splits of VQA-RAD and PathVQA overlap: VQA-RAD's training rows repeat, and one also
-appears in its test split; PathVQA's card notes duplicates too. Before anything else, each loader drops the training
-rows whose (image, question, answer) — question case- and space-folded, answer in the VQA normal
-form — occurs in the test split, then repeated training rows, and reports both counts (and the
-repeated test rows, which are kept: they are the published queries).
+appears in its test split; PathVQA's card notes duplicates too. Before anything else, each loader
+drops the training rows whose (image, question, answer) — question case- and space-folded, answer
+in the VQA normal form — occurs in the test split, then repeated training rows, and reports both
+counts (and the repeated test rows, which are kept: they are the published queries).
 """
 
 from __future__ import annotations
