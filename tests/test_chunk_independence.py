@@ -16,7 +16,7 @@ from PIL import Image
 from dpmtv.build import BuildSettings, iter_clipped_chunks
 from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
-from dpmtv.eval.dp_icl import _chunk_answers
+from dpmtv.eval.dp_icl import run_vote_forward
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
@@ -131,7 +131,7 @@ def test_dp_icl_votes_of_other_chunks_are_unchanged(tiny_llava_path):
             chunk_prompt(records[c * SHOTS : (c + 1) * SHOTS], query="record", query_question="")
             for c in range(NUM_CHUNKS)
         ]
-        return _chunk_answers(
+        return run_vote_forward(
             loaded, prompts, max_new_tokens=3, max_prompt_tokens=2048, advance=lambda n: None
         )
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.eval.benchmarks import BENCHMARKS, LoadOptions, benchmark_names, load_benchmark, load_record_files
+from dpmtv.eval.benchmarks.base import most_common_normalised
+from dpmtv.eval.benchmarks.flower_names import FLOWER_NAMES
 from tests.conftest import write_records
 from tests.eval.fixtures import WRITERS
 
@@ -69,9 +73,13 @@ def test_vqa_answers_demonstration_and_references(tmp_path):
     benchmark = load_benchmark("vizwiz", root=WRITERS["vizwiz"](tmp_path))
     by_id = {r.record_id: r for r in benchmark.test}
     odd = by_id["vizwiz-VizWiz_val_00000001"]
-    assert odd.answer == "Two"  # the most frequent raw answer demonstrates
+    # references: Two x4, 2 x3, two dogs x3 -> normal forms 2 x7, 2 dogs x3: "2" demonstrates
+    assert odd.answer == "2"
     assert "single word or phrase" in odd.question
-    assert benchmark.scorer.score(odd, "2") == {"vqa_accuracy": 1.0}  # "Two" and "2" both normalise to 2
+    assert benchmark.scorer.rule == "vizwiz" and "VizWiz" in benchmark.describe()["scoring"]
+    assert benchmark.scorer.score(odd, "2") == {"vqa_accuracy": pytest.approx(0.9)}  # raw "2" x3 only
+    okvqa = load_benchmark("ok-vqa", root=WRITERS["ok-vqa"](tmp_path / "ok"))
+    assert okvqa.scorer.rule == "vqa"
 
 
 def test_episodes_are_two_way_one_shot_with_letters(tmp_path):
@@ -134,3 +142,80 @@ def test_embedded_needs_no_files_or_fails_clearly(monkeypatch):
     monkeypatch.delattr(generator, "sample_records")
     with pytest.raises(RecordError, match="needs dpmtv.embedded.generator.sample_records"):
         load_benchmark("embedded")
+
+
+def test_demonstration_answer_is_the_most_frequent_normalised_one():
+    assert most_common_normalised(["Two", "two dogs", "2", "two dogs", "two"]) == "2"  # 3 vs 2
+    assert most_common_normalised(["", "", "", "yes"]) == "yes"  # empties never demonstrate
+    assert most_common_normalised(["", ""]) == ""
+
+
+@pytest.mark.parametrize("name", ["vizwiz", "ok-vqa"])
+def test_an_empty_annotator_answer_does_not_abort_the_load(name, tmp_path):
+    """Failed on the old loader ("missing field 'answer'")."""
+    root = WRITERS[name](tmp_path)
+    path = root / ("Annotations/val.json" if name == "vizwiz" else "mscoco_val2014_annotations.json")
+    content = json.loads(path.read_text())
+    rows = content if name == "vizwiz" else content["annotations"]
+    rows[0]["answers"][0]["answer"] = ""
+    path.write_text(json.dumps(content))
+    benchmark = load_benchmark(name, root=root)
+    first = benchmark.test[0]
+    assert "" in benchmark.scorer.references[first.record_id] and first.answer
+
+
+def _vqa_rad_with_overlap(root: Path) -> Path:
+    path = WRITERS["vqa-rad"](root) / "VQA_RAD Dataset Public.json"
+    rows = json.loads(path.read_text())
+    train = [r for r in rows if not r["phrase_type"].startswith("test")]
+    test = [r for r in rows if r["phrase_type"].startswith("test")]
+    leaked = dict(test[0], qid=100, phrase_type="freeform", question=test[0]["question"].upper() + " ")
+    repeated = [dict(train[1], qid=101), dict(train[1], qid=102, answer=train[1]["answer"].title())]
+    path.write_text(json.dumps([*rows, leaked, *repeated]))
+    return root
+
+
+def test_vqa_rad_drops_training_rows_in_the_test_split_and_repeats(tmp_path):
+    """Failed on the old loader (9 training rows instead of 6)."""
+    benchmark = load_benchmark("vqa-rad", root=_vqa_rad_with_overlap(tmp_path))
+    assert len(benchmark.train) == 6 and len(benchmark.test) == 4
+    test_keys = {(r.images[0].name, r.question.casefold(), r.answer.casefold()) for r in benchmark.test}
+    assert (
+        not {(r.images[0].name, r.question.casefold(), r.answer.casefold()) for r in benchmark.train}
+        & test_keys
+    )
+    assert any(
+        "dropped 1 training row(s) that also appear in the test split and 2 repeated" in n
+        for n in benchmark.notes
+    )
+
+
+def test_pathvqa_reads_numpy_strings_and_drops_overlap(tmp_path):
+    """Failed on the old loader (numpy.str_ refused as a code reference)."""
+    root = WRITERS["pathvqa"](tmp_path)
+    train_path = root / "pvqa/qas/train/train_qa.pkl"
+    rows = pickle.loads(train_path.read_bytes())
+    test_row = pickle.loads((root / "pvqa/qas/test/test_qa.pkl").read_bytes())[0]
+    (root / "pvqa/images/train" / f"{test_row['image']}.jpg").write_bytes(
+        (root / "pvqa/images/test" / f"{test_row['image']}.jpg").read_bytes()
+    )
+    rows = [{k: np.str_(v) for k, v in row.items()} for row in [*rows, rows[0], test_row]]
+    train_path.write_bytes(pickle.dumps(rows, protocol=2))
+    benchmark = load_benchmark("pathvqa", root=root)
+    assert len(benchmark.train) == 6 and all(type(r.answer) is str for r in benchmark.train)
+    assert any("dropped 1 training row(s)" in n and "1 repeated" in n for n in benchmark.notes)
+    train_path.write_bytes(pickle.dumps([{"image": np.float64(1.0)}]))
+    with pytest.raises(RecordError, match="only string dtypes"):
+        load_benchmark("pathvqa", root=root)
+
+
+def test_torchvision_folder_layouts_and_shipped_flower_names(tmp_path):
+    """Failed on the old loaders (flowers-102/ and dtd/dtd/ not found; options 'class N')."""
+    flowers = WRITERS["flowers102"](tmp_path / "tv" / "flowers-102")
+    (flowers / "cat_to_name.json").unlink()
+    benchmark = load_benchmark("flowers102", root=tmp_path / "tv", options=EPISODES)
+    names = {name for pair in benchmark.scorer.options.values() for name in pair}
+    assert names <= {"pink primrose", "hard-leaved pocket orchid", "canterbury bells"}
+    assert FLOWER_NAMES[30] == "sweet william" and len(set(FLOWER_NAMES.values())) == 102
+    WRITERS["dtd"](tmp_path / "tv" / "dtd")  # -> tv/dtd/dtd/images ...
+    assert len(load_benchmark("dtd", root=tmp_path / "tv", options=EPISODES).test) == 5

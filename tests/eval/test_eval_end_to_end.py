@@ -58,12 +58,15 @@ def test_runner_refuses_non_private_and_needs_heads_for_vectors(tiny_llava, reco
         ("mtv:3", "only icl:K"),
         ("gpt", "unknown method"),
         ("dp-icl,dp-icl", "repeat"),
+        ("icl:4:2", "only dp-icl:S:M"),
+        ("dp-icl:4:0", "only dp-icl:S:M"),
     ],
 )
 def test_method_specs(text, message):
     with pytest.raises(ParameterError, match=message):
         parse_methods(text)
     assert [m.label for m in parse_methods("zero-shot, icl:16,dp-icl")] == ["zero-shot", "icl:16", "dp-icl:4"]
+    assert parse_methods("dp-icl:4:16")[0] == MethodSpec("dp-icl", 4, 16)
 
 
 def test_icl_says_when_k_is_cut_to_fit_the_context(tiny_llava, record_benchmark):
@@ -88,8 +91,22 @@ def test_dp_icl_spends_exactly_its_budget_over_the_queries(tiny_llava, record_be
     assert at_two.details["epsilon_per_query"] < 2.0
     assert "queries plot" in next(r for r in dp if r.epsilon == 1.0).details["extra"]
     curve = results.queries_curve
-    assert curve["dp_icl_noise_std"][0] < curve["dp_icl_noise_std"][1]
+    assert curve["dp_icl_noise_std"]["dp-icl:2"][0] < curve["dp_icl_noise_std"]["dp-icl:2"][1]
+    assert at_two.details["neighbouring_relation"] == curve["dp_icl_relation"]["dp-icl:2"] == "replace-one"
     assert len(curve["dp-icl"]["dp-icl:2"]["0"]) == 2 and curve["dp-mtv"] == {}
+
+
+def test_subsampled_dp_icl_is_accounted_with_amplification_under_add_remove(tiny_llava, record_benchmark):
+    settings = EvalSettings(
+        methods=parse_methods("dp-icl:2:3"), epsilons=(2.0,), queries_grid=(1, 10), **FAST
+    )
+    results = run_evaluation(tiny_llava, record_benchmark, settings)
+    at_two = next(r for r in results.runs if r.epsilon == 2.0)
+    d = at_two.details
+    assert d["neighbouring_relation"] == "add-remove-one" and d["num_chunks"] == 3
+    assert d["sampling_probability"] == pytest.approx(min(1.0, 3 * 2 / 8))
+    assert d["epsilon_spent"] <= 2.0 and d["epsilon_spent"] == pytest.approx(2.0, rel=1e-2)
+    assert results.queries_curve["dp_icl_relation"]["dp-icl:2:3"] == "add-remove-one"
 
 
 def test_t_interval_by_hand():

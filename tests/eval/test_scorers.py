@@ -15,6 +15,7 @@ from dpmtv.eval.scorers import (
     aggregate_scores,
     closed_exact_match,
     extract_option_letter,
+    is_yes_no_question,
     open_exact_match,
     token_recall,
     vqa_accuracy,
@@ -75,19 +76,21 @@ def test_vqa_accuracy_leave_one_out(matches, expected):
     # c matching of 10: (c·min(1,(c-1)/3) + (10-c)·min(1,c/3)) / 10, worked by hand:
     # c=1: 9·(1/3)/10 = .3; c=2: (2/3 + 8·2/3)/10 = .6; c=3: (3·2/3 + 7)/10 = .9
     answers = ["2"] * matches + ["many"] * (10 - matches)
-    assert vqa_accuracy("two", answers) == pytest.approx(expected)
+    for rule in ("vqa", "vizwiz", "lenient"):
+        assert vqa_accuracy("2", answers, rule=rule) == pytest.approx(expected)
 
 
-def test_vqa_accuracy_normalises_both_sides_or_follows_the_official_rule():
+def test_vqa_accuracy_rules_differ_where_the_evaluators_do():
     raw = ["Two."] * 3 + ["three"] * 7
-    assert vqa_accuracy("2", raw) == pytest.approx(0.9)
-    # official: references only get the punctuation step ("Two." -> "Two"), so "2" never matches
-    assert vqa_accuracy("2", raw, references="official") == 0.0
-    assert vqa_accuracy("2", ["2"] * 10, references="official") == 1.0
-    with pytest.raises(ParameterError, match="references"):
-        vqa_accuracy("2", raw, references="fuzzy")
+    assert vqa_accuracy("2", raw, rule="lenient") == pytest.approx(0.9)
+    assert vqa_accuracy("2", raw, rule="vqa") == pytest.approx(0.9)  # 2021: references normalised too
+    assert vqa_accuracy("2", raw, rule="vizwiz") == 0.0  # references compared as written
+    # the pre-2021 VQA rule scored this 0.0 (normalised prediction vs raw references)
+    assert vqa_accuracy("Yes", ["Yes"] * 10, rule="vqa") == 1.0
+    with pytest.raises(ParameterError, match="rule"):
+        vqa_accuracy("2", raw, rule="fuzzy")
     with pytest.raises(ParameterError, match="at least one"):
-        vqa_accuracy("2", [])
+        vqa_accuracy("2", [], rule="vqa")
 
 
 @pytest.mark.parametrize(
@@ -125,7 +128,7 @@ def _record(rid: str, answer: str = "") -> Record:
 
 
 def test_scorers_bind_references_and_candidates():
-    vqa = VQAScorer({"q1": ["Two"] * 10, "q2": ["red"] * 4 + ["blue"] * 6})
+    vqa = VQAScorer({"q1": ["Two"] * 10, "q2": ["red"] * 4 + ["blue"] * 6}, rule="lenient")
     assert vqa.score(_record("q1"), "2") == {"vqa_accuracy": 1.0}
     assert vqa.candidates(_record("q2")) == ("2", "blue", "red")
     assert list(vqa.candidate_scores(_record("q2"), ["2", "blue", "red"])) == pytest.approx([0.0, 1.0, 1.0])
@@ -142,10 +145,39 @@ def test_scorers_bind_references_and_candidates():
     medical = MedicalScorer({"c": "closed", "o": "open"}, {"c": "yes", "o": "liver"})
     assert medical.score(_record("c", "yes"), "Yes.") == {"closed_accuracy": 1.0}
     assert medical.score(_record("o", "liver"), "the liver") == {"open_exact_match": 1.0, "open_recall": 1.0}
-    assert medical.candidates(_record("c", "yes")) == ("yes", "no")
+    assert medical.candidates(_record("c", "yes")) == ("no", "yes")  # the one closed vocabulary
     assert medical.vote_key(_record("c", "yes"), "No, it is not") == "no"
 
     exact = ExactMatchScorer.for_queries([_record("a", "Red"), _record("b", "blue")])
     assert exact.candidates(_record("a")) == ("blue", "red")
     scores = [exact.score(_record("a", "red"), "red"), exact.score(_record("b", "blue"), "red")]
     assert aggregate_scores(scores) == {"accuracy": 0.5, "token_recall": 0.5}
+
+
+def test_closed_medical_candidates_do_not_depend_on_the_gold_answer():
+    """Two closed queries with the same question but different gold answers get the same
+    candidates (the old rule gave yes/no only when the gold answer was yes/no)."""
+    kinds = {"a": "closed", "b": "closed", "c": "closed"}
+    gold = {"a": "yes", "b": "left", "c": "CT"}
+    questions = {"a": "Is there a fracture?", "b": "Is there a fracture?", "c": "Is this an MRI or a CT?"}
+    medical = MedicalScorer(kinds, gold, questions)
+    assert (
+        medical.candidates(_record("a", "yes")) == medical.candidates(_record("b", "left")) == ("yes", "no")
+    )
+    assert medical.candidates(_record("c", "CT")) == ("ct", "left", "no", "yes")
+    swapped = MedicalScorer(kinds, {"a": "left", "b": "yes", "c": "CT"}, questions)
+    assert swapped.candidates(_record("a")) == medical.candidates(_record("a"))
+
+
+@pytest.mark.parametrize(
+    ("question", "yes_no"),
+    [
+        ("Is there a fracture?", True),
+        ("Does the liver appear normal?\nAnswer the question using a single word or phrase.", True),
+        ("Are the kidneys or the liver enlarged?", False),
+        ("Which side is the lesion on?", False),
+        ("", False),
+    ],
+)
+def test_yes_no_questions_are_recognised_from_the_question(question, yes_no):
+    assert is_yes_no_question(question) is yes_no

@@ -60,6 +60,17 @@ def test_reinforce_without_steps_stays_at_the_prior(planted_search):
     torch.testing.assert_close(torch.tensor(result.probabilities), torch.full((2, 4), float(prior)))
 
 
+@pytest.mark.parametrize(("init_logit", "bound"), [(20.0, 1 - 1e-3), (-20.0, 1e-3)])
+def test_reinforce_clamps_keep_probabilities_as_mtv(planted_search, init_logit, bound):
+    """MTV clamps the Bernoulli probabilities to [1e-3, 1 − 1e-3]; failed before the clamp
+    (sigmoid(±20) is 1 − 2e-9 / 2e-9). A few steps never push them past the bounds."""
+    for steps in (0, 3):
+        result = reinforce(planted_search, steps=steps, seed=0, init_logit=init_logit, progress=False)
+        probabilities = torch.tensor(result.probabilities)  # (L, H)
+        assert probabilities.min() >= 1e-3 - 1e-9 and probabilities.max() <= 1 - 1e-3 + 1e-9
+    torch.testing.assert_close(probabilities, torch.full((2, 4), bound))
+
+
 def test_greedy_recovers_the_planted_heads_and_stops(planted_search):
     result = greedy(planted_search, progress=False)
     assert result.heads == HeadSet.of(PLANTED)

@@ -34,7 +34,8 @@ from dpmtv.errors import ParameterError
     "--methods",
     default="zero-shot,dp-mtv,dp-icl",
     show_default=True,
-    help="zero-shot, icl:K, mtv, dp-mtv, dp-icl[:S].",
+    help="zero-shot, icl:K, mtv, dp-mtv, dp-icl[:S] (full partition), dp-icl:S:M (DP-ICL's "
+    "Poisson-subsampled ensemble of M prompts per query).",
 )
 @click.option(
     "--epsilons",
@@ -61,7 +62,18 @@ from dpmtv.errors import ParameterError
     "--shots-per-chunk", type=int, default=4, show_default=True, help="DP-MTV / MTV records per chunk."
 )
 @click.option(
-    "--dp-icl-max-chunks", type=int, help="Cap on DP-ICL chunk prompts per query (default: all floor(N/S))."
+    "--dp-icl-max-chunks",
+    type=int,
+    help="Cap on full-partition DP-ICL chunk prompts per query (default: all floor(N/S)); "
+    "no amplification — dp-icl:S:M is DP-ICL's subsampled way to use fewer prompts.",
+)
+@click.option(
+    "--relation",
+    "neighbouring_relation",
+    type=click.Choice(["replace-one", "add-remove-one"]),
+    default="replace-one",
+    show_default=True,
+    help="DP-MTV's neighbouring relation (dp-icl:S:M is add-remove-one; compare at one relation).",
 )
 @click.option(
     "--max-train", type=int, help="Demonstration pool size (episodes for classification benchmarks)."
@@ -110,6 +122,7 @@ def command(**options):
         l2_clip_norm=tuple(o["l2_clip_norm"]),
         shots_per_chunk=o["shots_per_chunk"],
         dp_icl_max_chunks=o["dp_icl_max_chunks"],
+        neighbouring_relation=o["neighbouring_relation"],
         max_new_tokens=o["max_new_tokens"],
         batch_size=o["batch_size"],
         allow_non_private=o["non_private"],

@@ -12,7 +12,14 @@ method         what it does                                        privacy
                :func:`dpmtv.inference.answer_queries`                  queries
 ``dp-icl:S``   per query, one answer per disjoint S-demonstration  (ε, δ) in total over the
                chunk, noisy-argmax vote (:mod:`dpmtv.eval.dp_icl`)  Q answered queries
+               (replace-one)
+``dp-icl:S:M`` DP-ICL as Wu et al. (ICLR 2024): per query a fresh  (ε, δ) in total over Q,
+               Poisson sample spread over M prompts of S demos     with the subsampling
+               on average, noisy-argmax vote                       amplification (add/remove)
 =============  ==================================================  =========================
+
+Every private row names its neighbouring relation; DP-MTV follows ``neighbouring_relation``
+(replace-one by default; ``add-remove-one`` to compare with ``dp-icl:S:M`` at one relation).
 
 The non-private methods read the private pool in the clear, so they run only with
 ``allow_non_private=True`` and are labelled NON-PRIVATE everywhere. Every method uses the same
@@ -56,9 +63,12 @@ DEFAULT_DP_ICL_SHOTS = 4
 class MethodSpec:
     kind: str
     shots: int | None = None  # icl: demonstrations per prompt; dp-icl: demonstrations per chunk
+    prompts: int | None = None  # dp-icl:S:M — Poisson-subsampled prompts per query
 
     @property
     def label(self) -> str:
+        if self.prompts is not None:
+            return f"{self.kind}:{self.shots}:{self.prompts}"
         return f"{self.kind}:{self.shots}" if self.kind in ("icl", "dp-icl") else self.kind
 
     @property
@@ -78,27 +88,34 @@ class MethodSpec:
             "icl": f"ICL {self.shots}-shot",
             "mtv": "MTV",
             "dp-mtv": "DP-MTV",
-            "dp-icl": f"DP-ICL ({self.shots}/chunk)",
+            "dp-icl": f"DP-ICL ({self.shots}/chunk)"
+            if self.prompts is None
+            else f"DP-ICL ({self.prompts} subsampled prompts of ~{self.shots})",
         }
         return names[self.kind] + (" [NON-PRIVATE, ε = ∞]" if self.non_private else "")
 
 
 def parse_methods(text: str) -> tuple[MethodSpec, ...]:
-    """``"zero-shot,icl:16,mtv,dp-mtv,dp-icl"`` → specs (``dp-icl:S`` sets shots per chunk)."""
+    """``"zero-shot,icl:16,mtv,dp-mtv,dp-icl,dp-icl:4:16"`` → specs (``dp-icl:S`` sets shots per
+    chunk of the full partition; ``dp-icl:S:M`` the Poisson-subsampled ensemble of M prompts)."""
     specs = []
     for item in (part.strip().lower() for part in text.split(",") if part.strip()):
-        match = re.fullmatch(r"(zero-shot|icl|mtv|dp-mtv|dp-icl)(?::(\d+))?", item)
+        match = re.fullmatch(r"(zero-shot|icl|mtv|dp-mtv|dp-icl)(?::(\d+))?(?::(\d+))?", item)
         if not match:
-            raise ParameterError(f"unknown method '{item}'; use {', '.join(KINDS)} (icl:K, dp-icl:S)")
-        kind, number = match.group(1), match.group(2)
+            raise ParameterError(
+                f"unknown method '{item}'; use {', '.join(KINDS)} (icl:K, dp-icl:S, dp-icl:S:M)"
+            )
+        kind, number, prompts = match.group(1), match.group(2), match.group(3)
         if number is not None and kind not in ("icl", "dp-icl"):
             raise ParameterError(f"method '{item}': only icl:K and dp-icl:S take a number")
+        if prompts is not None and (kind != "dp-icl" or int(prompts) < 1):
+            raise ParameterError(f"method '{item}': only dp-icl:S:M takes a prompt count M >= 1")
         if kind == "icl" and number is None:
             raise ParameterError("method 'icl' needs its number of shots, e.g. icl:16")
         shots = int(number) if number is not None else (DEFAULT_DP_ICL_SHOTS if kind == "dp-icl" else None)
         if shots is not None and shots < 1:
             raise ParameterError(f"method '{item}': the number of shots must be >= 1")
-        specs.append(MethodSpec(kind, shots))
+        specs.append(MethodSpec(kind, shots, int(prompts) if prompts is not None else None))
     if not specs:
         raise ParameterError("no methods given; use e.g. --methods zero-shot,dp-mtv")
     if len({s.label for s in specs}) != len(specs):
@@ -132,6 +149,7 @@ class EvalSettings:
     l2_clip_norm: tuple[float, ...] = (1.0,)
     shots_per_chunk: int = 4  # DP-MTV / MTV records per chunk
     dp_icl_max_chunks: int | None = None
+    neighbouring_relation: str = "replace-one"  # DP-MTV's; DP-ICL rows carry their own
     max_new_tokens: int = 10
     batch_size: int = 8
     allow_non_private: bool = False
@@ -297,11 +315,15 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
 
     s = ctx.settings
     heads = _vector_heads(ctx)
+    add_remove = s.neighbouring_relation == "add-remove-one"
     settings = BuildSettings(
         epsilon=epsilon,
         delta=s.delta,
         l2_clip_norm=s.l2_clip_norm,
         shots_per_chunk=s.shots_per_chunk,
+        neighbouring_relation=s.neighbouring_relation,
+        # add/remove needs a public m: floor(N / s) of the experiment's pool, fixed in advance
+        num_chunks=len(ctx.benchmark.train) // s.shots_per_chunk if add_remove else None,
         batch_size=s.batch_size,
         insecure_seed=derive_seed(seed, "task-vector"),
         allow_insecure_seed=True,
@@ -328,6 +350,7 @@ def _build_details(result) -> dict[str, Any]:
         "l2_sensitivity": p.l2_sensitivity,
         "noise_std": p.noise_std,
         "epsilon_spent": p.epsilon_spent,
+        "neighbouring_relation": p.neighbouring_relation,
         "noise": "seeded (experiment)",
         "warnings": list(result.warnings),
     }

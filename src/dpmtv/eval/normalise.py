@@ -9,14 +9,19 @@ Steps, in the official order:
    test is on the whole text, so ``1,000-2,000`` → ``10002000`` (an official quirk we keep);
 3. a period not followed by a digit is deleted, so decimals survive (``3.5``) and ``5.`` →
    ``5``. (The official pattern is ``(?!<=\\d)(\\.)(?!\\d)``: its ``(?!<=\\d)`` is a lookahead for the
-   literal ``<=``, which never fires where a ``.`` starts, so this is what it actually does; it is
-   also passed ``re.UNICODE`` as the *count*, limiting it to 32 periods, which we ignore);
+   literal ``<=``, which never fires where a ``.`` starts, so this is what it actually does. It is
+   also passed ``re.UNICODE`` as the *count*, so only the first 32 periods go — kept, as is the
+   original Python 2 meaning of ``\\d``: ASCII digits only, so ``٣.٥`` loses its period);
 4. lower-case, split on whitespace, number words ``none, zero … ten`` → ``0 … 10``, articles
    ``a, an, the`` dropped, apostrophe-less contractions restored (``dont`` → ``don't``) from the
    official table — kept verbatim, including its oddities: the capitalised keys (``Im``, ``Ive``)
    can never match after lower-casing, and ``somebody'd`` maps to ``somebodyd``.
 
 Apostrophes and colons are not punctuation here (``don't``, ``2:30`` stay).
+
+Sources: GT-Vision-Lab/VQA ``PythonEvaluationTools/vqaEvaluation/vqaEval.py`` (2021 revision,
+``processPunctuation`` / ``processDigitArticle``) and the VizWiz-VQA evaluator, which runs the
+same steps with an older contraction table (:data:`VIZWIZ_CONTRACTIONS`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ __all__ = [
     "CONTRACTIONS",
     "NUMBER_WORDS",
     "PUNCTUATION",
+    "VIZWIZ_CONTRACTIONS",
     "normalize_vqa_answer",
+    "process_digit_article",
     "process_punctuation",
 ]
 
@@ -77,14 +84,35 @@ youd've you'd've  you'dve you'd've  youll you'll  youre you're  youve you've
 _WORDS = _CONTRACTION_TABLE.split()
 CONTRACTIONS: dict[str, str] = dict(zip(_WORDS[::2], _WORDS[1::2], strict=True))
 
-_COMMA_BETWEEN_DIGITS = re.compile(r"(\d)(,)(\d)")
-_PERIOD_NOT_BEFORE_DIGIT = re.compile(r"\.(?!\d)")
+
+def _vizwiz_contractions() -> dict[str, str]:
+    """The VizWiz evaluator's table: the pre-2016 VQA one, whose apostrophes are typographic
+    (U+2019) from ``couldn'tve`` on, except the keys ``couldn'tve``, ``hadn'tve`` and the values
+    of ``weve``, ``wheres``, ``whove``, which kept the ASCII apostrophe."""
+    curly = lambda text: text.replace("'", "\u2019")  # noqa: E731
+    table: dict[str, str] = {}
+    for index, (key, value) in enumerate(CONTRACTIONS.items()):
+        if index < 5:  # aint … couldnt: ASCII in both tables
+            table[key] = value
+            continue
+        table[key if key in ("couldn'tve", "hadn'tve") else curly(key)] = (
+            value if key in ("weve", "wheres", "whove") else curly(value)
+        )
+    return table
+
+
+VIZWIZ_CONTRACTIONS: dict[str, str] = _vizwiz_contractions()
+
+# re.ASCII: the official Python 2 patterns were compiled without re.UNICODE, so \d is [0-9]
+_COMMA_BETWEEN_DIGITS = re.compile(r"(\d)(,)(\d)", re.ASCII)
+_PERIOD_NOT_BEFORE_DIGIT = re.compile(r"\.(?!\d)", re.ASCII)
+_OFFICIAL_PERIOD_COUNT = int(re.UNICODE)  # 32: the flag the official code passes as sub()'s count
 
 
 def normalize_vqa_answer(text: str) -> str:
     """``text`` in the official VQA normal form (steps 1–4 of the module docstring)."""
     text = text.replace("\n", " ").replace("\t", " ").strip()
-    return _digits_articles_contractions(process_punctuation(text))
+    return process_digit_article(process_punctuation(text))
 
 
 def process_punctuation(text: str) -> str:
@@ -94,10 +122,11 @@ def process_punctuation(text: str) -> str:
     for mark in PUNCTUATION:  # the tests look at the original text, as the official code does
         spaced = f"{mark} " in text or f" {mark}" in text
         out = out.replace(mark, "" if glue or spaced else " ")
-    return _PERIOD_NOT_BEFORE_DIGIT.sub("", out)
+    return _PERIOD_NOT_BEFORE_DIGIT.sub("", out, count=_OFFICIAL_PERIOD_COUNT)
 
 
-def _digits_articles_contractions(text: str) -> str:
+def process_digit_article(text: str, contractions: dict[str, str] = CONTRACTIONS) -> str:
+    """Step 4 of the module docstring, with the given contraction table."""
     words = [NUMBER_WORDS.get(word, word) for word in text.lower().split()]
     words = [word for word in words if word not in ARTICLES]
-    return " ".join(CONTRACTIONS.get(word, word) for word in words)
+    return " ".join(contractions.get(word, word) for word in words)

@@ -43,9 +43,10 @@ def plot_privacy_utility(results: EvalResults, summary: list[dict], path: Path) 
 
 
 def _private_label(row: dict, results: EvalResults) -> str:
+    relation = row.get("neighbouring_relation") or "?"
     if row["method"].startswith("dp-icl"):
-        return f"{row['display']}, ε total over {results.benchmark['num_test']} queries"
-    return f"{row['display']}, any number of queries"
+        return f"{row['display']}, ε total over {results.benchmark['num_test']} queries, {relation}"
+    return f"{row['display']}, any number of queries, {relation}"
 
 
 def _reference_lines(ax, rows: list[dict]) -> None:
@@ -66,17 +67,21 @@ def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
     curve, metric = results.queries_curve or {}, results.primary_metric
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     grid = curve.get("num_queries", [1, 10_000])
+    relations = curve.get("dp_icl_relation", {})
     for label, per_seed in curve.get("dp-icl", {}).items():
         stats = [t_interval([values[i] for values in per_seed.values()]) for i in range(len(grid))]
         means = [s[0] for s in stats]
         halves = [s[1] or 0.0 for s in stats]
-        ax.plot(grid, means, marker="o", label=f"{label} (per-query budget shrinks with Q)")
+        relation = relations.get(label, "?")
+        ax.plot(grid, means, marker="o", label=f"{label}, {relation} (per-query budget shrinks with Q)")
         ax.fill_between(
             grid, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)], alpha=0.2
         )
     flat, half = t_interval(list(curve.get("dp-mtv", {}).values()))
     if not math.isnan(flat):
-        ax.plot(grid, [flat] * len(grid), color="tab:green", label="dp-mtv (one release, queries free)")
+        relation = curve.get("dp_mtv_relation", "replace-one")
+        label = f"dp-mtv, {relation} (one release, queries free)"
+        ax.plot(grid, [flat] * len(grid), color="tab:green", label=label)
         ax.fill_between(grid, flat - (half or 0), flat + (half or 0), color="tab:green", alpha=0.15)
     zero = [r for r in summary if r["metric"] == metric and r["method"] == "zero-shot"]
     if zero:

@@ -46,6 +46,7 @@ def summarise(results: EvalResults) -> list[dict[str, Any]]:
                     "method": method,
                     "display": runs[0].display,
                     "privacy": runs[0].privacy,
+                    "neighbouring_relation": runs[0].details.get("neighbouring_relation"),
                     "epsilon": epsilon,
                     "metric": metric,
                     "mean": mean,
@@ -88,6 +89,7 @@ def _results_json(results: EvalResults, summary: list[dict]) -> dict[str, Any]:
             "epsilon": r.epsilon,
             "epsilon_label": _epsilon_label(r),
             "delta": results.config["delta"] if r.privacy == "private" else None,
+            "neighbouring_relation": r.details.get("neighbouring_relation"),
             "seed": r.seed,
             "metrics": r.metrics,
             "details": r.details,
@@ -143,6 +145,7 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         "",
         f"{b['num_train']} demonstrations (private pool), {b['num_test']} queries; seeds "
         f"{list(c['seeds'])}; δ = {c['delta']:g}; heads {c['heads']}; dpmtv {c['dpmtv_version']}.",
+        f"Scoring: {b.get('scoring', 'see the benchmark')}.",
         "Means over seeds with 95% t-intervals. NON-PRIVATE rows read the private pool without "
         "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
         "",
@@ -167,13 +170,14 @@ def _metric_table(results: EvalResults, summary: list[dict], metric: str) -> lis
     if not rows:
         return []
     epsilons = results.config["epsilons_evaluated"]
-    header = ["method", "privacy", *[f"ε = {e:g}" for e in epsilons], "ε = ∞ / none"]
+    header = ["method", "privacy", "relation", *[f"ε = {e:g}" for e in epsilons], "ε = ∞ / none"]
     lines = [f"## {metric}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = {r["epsilon"]: r for r in rows if r["method"] == method}
         first = next(iter(mine.values()))
         cells = [_cell(mine.get(e)) for e in epsilons] + [_cell(mine.get(None))]
-        lines.append("| " + " | ".join([first["display"], first["privacy"], *cells]) + " |")
+        relation = first.get("neighbouring_relation") or "n/a"
+        lines.append("| " + " | ".join([first["display"], first["privacy"], relation, *cells]) + " |")
     return [*lines, ""]
 
 
@@ -185,10 +189,17 @@ def _notes(results: EvalResults) -> list[str]:
         if d.get("note"):
             notes.append(f"- {where}: {d['note']}")
         if run.method.startswith("dp-icl"):
+            ensemble = (
+                f"{d['num_chunks']} chunks of {d['shots_per_chunk']}"
+                if "sampling_probability" not in d
+                else f"{d['num_chunks']} prompts per query from a Poisson sample (q = "
+                f"{d['sampling_probability']:.4g}, {d['mean_shots_per_prompt']:.2f} demonstrations "
+                "per prompt)"
+            )
             notes.append(
-                f"- {where}: {d['num_queries']} queries × {d['num_chunks']} chunks of "
-                f"{d['shots_per_chunk']}; per-query σ = {d['noise_std']:.4g} (ε per query "
-                f"{d['epsilon_per_query']:.4g}, total {d['epsilon_spent']:.4g}); "
+                f"- {where}: {d['num_queries']} queries × {ensemble}; {d['neighbouring_relation']}; "
+                f"per-query σ = {d['noise_std']:.4g} (ε per query {d['epsilon_per_query']:.4g}, "
+                f"total {d['epsilon_spent']:.4g}); "
                 f"{d['votes_outside_candidates']:.0%} of votes outside the candidates"
             )
         for warning in d.get("warnings", []):
@@ -203,14 +214,22 @@ def _queries_table(results: EvalResults) -> list[str]:
         return []
     flat, _ = t_interval(list(curve["dp-mtv"].values()))
     labels = list(curve["dp-icl"])
+    relations = curve.get("dp_icl_relation", {})
+    heads = [f"{label} ({relations.get(label, '?')}) | σ" for label in labels]
     lines = [
         f"## {results.primary_metric} vs number of answered queries (total ε = {curve['total_epsilon']:g})",
         "",
-        "| queries | DP-ICL σ per query | " + " | ".join(labels) + " | dp-mtv |",
-        "|---|---|" + "---|" * (len(labels) + 1),
+        "DP-ICL columns: accuracy, then the per-query vote σ the Q queries allow; dp-mtv: "
+        f"{curve.get('dp_mtv_relation', 'replace-one')}, one release for any number of queries.",
+        "",
+        "| queries | " + " | ".join(heads) + f" | dp-mtv ({curve.get('dp_mtv_relation', 'replace-one')}) |",
+        "|---|" + "---|---|" * len(labels) + "---|",
     ]
     for i, q in enumerate(curve["num_queries"]):
-        means = [t_interval([v[i] for v in curve["dp-icl"][label].values()])[0] for label in labels]
-        cells = [f"{x:.3f}" for x in means] + [f"{flat:.3f}" if not math.isnan(flat) else ""]
-        lines.append(f"| {q} | {curve['dp_icl_noise_std'][i]:.4g} | " + " | ".join(cells) + " |")
+        cells = []
+        for label in labels:
+            mean = t_interval([v[i] for v in curve["dp-icl"][label].values()])[0]
+            cells += [f"{mean:.3f}", f"{curve['dp_icl_noise_std'][label][i]:.4g}"]
+        cells.append(f"{flat:.3f}" if not math.isnan(flat) else "")
+        lines.append(f"| {q} | " + " | ".join(cells) + " |")
     return [*lines, ""]

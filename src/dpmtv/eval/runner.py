@@ -111,7 +111,7 @@ def _run_method(ctx: m.MethodContext, spec: m.MethodSpec, votes: dict) -> list[R
     for seed in s.seeds:
         if spec.kind == "dp-icl":
             recorded = votes.setdefault(spec.label, {})[seed] = dp_icl.collect_dp_icl_votes(
-                ctx, spec.shots, seed
+                ctx, spec.shots, seed, spec.prompts
             )
         for epsilon in _dp_epsilons(s):
             output = (
@@ -128,6 +128,8 @@ def _result(ctx, spec: m.MethodSpec, epsilon, seed, output: m.MethodOutput) -> R
     metrics = aggregate_scores(scorer.score(r, p) for r, p in zip(queries, output.predictions, strict=True))
     privacy = "private" if spec.private else ("non-private" if spec.non_private else "no private data")
     details = dict(output.details)
+    if spec.kind == "dp-mtv":
+        details.setdefault("neighbouring_relation", ctx.settings.neighbouring_relation)
     if spec.private and epsilon not in ctx.settings.epsilons:
         details["extra"] = "run for the queries plot only (its total budget)"
     return RunResult(spec.label, spec.display, privacy, epsilon, seed, metrics, details, output.predictions)
@@ -135,8 +137,9 @@ def _result(ctx, spec: m.MethodSpec, epsilon, seed, output: m.MethodOutput) -> R
 
 def _queries_curve(ctx: m.MethodContext, runs: list[RunResult], votes: dict) -> dict[str, Any] | None:
     """Accuracy vs number of answered queries Q at total ε: DP-MTV flat (answers are free after
-    the one release); DP-ICL at the per-query σ that Q queries allow, simulated on the votes
-    recorded for the evaluated queries (taken as a sample of the query distribution)."""
+    the one release); DP-ICL at the per-query σ that Q queries allow (with the subsampling
+    amplification for ``dp-icl:S:M``), simulated on the votes recorded for the evaluated queries
+    (taken as a sample of the query distribution)."""
     s, primary = ctx.settings, ctx.benchmark.scorer.primary
     grid = sorted(set(s.queries_grid))
     curve: dict[str, Any] = {"total_epsilon": s.queries_epsilon, "delta": s.delta, "num_queries": grid}
@@ -145,17 +148,21 @@ def _queries_curve(ctx: m.MethodContext, runs: list[RunResult], votes: dict) -> 
         for r in runs
         if r.method == "dp-mtv" and r.epsilon == s.queries_epsilon
     }
-    sigmas = {q: dp_icl.per_query_noise_std(s.queries_epsilon, s.delta, q) for q in grid}
-    curve["dp_icl_noise_std"] = [sigmas[q] for q in grid]
-    curve["dp-icl"] = {}
+    curve["dp_icl_noise_std"], curve["dp_icl_relation"], curve["dp-icl"] = {}, {}, {}
     total = len(grid) * sum(len(per_seed) for per_seed in votes.values())
     with ctx.progress("queries curve (simulated votes)", total) as advance:
         for label, per_seed in votes.items():
-            curve["dp-icl"][label] = {}
-            for seed, recorded in per_seed.items():
-                curve["dp-icl"][label][str(seed)] = [
-                    _simulate(recorded, ctx, sigmas[q], seed, advance) for q in grid
-                ]
+            first = next(iter(per_seed.values()))
+            sigmas = [
+                dp_icl.per_query_noise_std(s.queries_epsilon, s.delta, q, first.sampling_probability)
+                for q in grid
+            ]
+            curve["dp_icl_noise_std"][label], curve["dp_icl_relation"][label] = sigmas, first.relation
+            curve["dp-icl"][label] = {
+                str(seed): [_simulate(recorded, ctx, sigma, seed, advance) for sigma in sigmas]
+                for seed, recorded in per_seed.items()
+            }
+    curve["dp_mtv_relation"] = s.neighbouring_relation
     return curve
 
 

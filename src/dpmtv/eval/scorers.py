@@ -4,7 +4,9 @@ Metric functions (pure, on strings):
 
 * :func:`vqa_accuracy` — the VQA accuracy: for each of the ``n`` (10) annotator answers, leave it
   out and score ``min(1, #matches among the other n−1 / 3)``; average the ``n`` scores. With
-  ``c`` of 10 answers matching: ``c = 1 → 0.3``, ``2 → 0.6``, ``3 → 0.9``, ``≥ 4 → 1``.
+  ``c`` of 10 answers matching: ``c = 1 → 0.3``, ``2 → 0.6``, ``3 → 0.9``, ``≥ 4 → 1``. What
+  "matching" means is the ``rule``: ``"vqa"`` (the official VQA evaluator), ``"vizwiz"`` (the
+  VizWiz evaluator) or ``"lenient"`` (both sides normalised; a labelled deviation).
 * :func:`option_letter_accuracy` — the predicted option letter equals the gold one.
 * :func:`closed_exact_match` — normalised exact match; a yes/no gold answer is matched against the
   prediction's first word (``"yes, it is"`` → ``yes``).
@@ -23,13 +25,18 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
-from dpmtv.eval.normalise import normalize_vqa_answer, process_punctuation
+from dpmtv.eval.normalise import (
+    VIZWIZ_CONTRACTIONS,
+    normalize_vqa_answer,
+    process_digit_article,
+    process_punctuation,
+)
 
 __all__ = [
     "ExactMatchScorer",
@@ -40,10 +47,13 @@ __all__ = [
     "aggregate_scores",
     "closed_exact_match",
     "extract_option_letter",
+    "is_yes_no_question",
     "normalize_answer",
     "open_exact_match",
     "option_letter_accuracy",
+    "VQA_RULES",
     "token_recall",
+    "vqa_accuracies",
     "vqa_accuracy",
 ]
 
@@ -53,31 +63,71 @@ normalize_answer = normalize_vqa_answer  # one normal form for every scorer
 
 
 # ---- metric functions ------------------------------------------------------------------------
-def vqa_accuracy(prediction: str, answers: Sequence[str], *, references: str = "normalise") -> float:
-    """VQA accuracy of ``prediction`` against the annotators' ``answers``.
+#: The VQA-accuracy rules (:func:`vqa_accuracy`); ``lenient`` is a deviation from both evaluators.
+VQA_RULES = ("vqa", "vizwiz", "lenient")
 
-    ``references="normalise"`` (default) puts every reference answer in the normal form too.
-    ``references="official"`` reproduces ``vqaEval.py`` exactly: references are only stripped, and
-    only when they disagree get the punctuation step (the released VQA v2 / OK-VQA ``answer``
-    fields are already normalised, where both modes agree; VizWiz ships raw answers, where the
-    official mode would compare a normalised prediction with un-normalised references).
+
+def vqa_accuracy(prediction: str, answers: Sequence[str], *, rule: str) -> float:
+    """VQA accuracy of ``prediction`` against the ``n`` annotators' ``answers`` under ``rule``.
+
+    Every rule scores ``min(1, #matches among the other n−1 / 3)`` for each annotator left out,
+    averaged over the ``n`` of them (by index: one annotator per entry, as with VQA's distinct
+    ``answer_id`` and VizWiz's ``i != j``). What counts as a match depends on the rule:
+
+    * ``"vqa"`` — GT-Vision-Lab/VQA ``vqaEval.py`` since its 2021 revision: both sides are
+      stripped (newlines and tabs → spaces); ONLY when the stripped references are not all
+      identical are references and prediction put in the normal form
+      (:func:`~dpmtv.eval.normalise.normalize_vqa_answer`); otherwise the raw stripped strings
+      are compared (``'Yes'`` vs 10 × ``'Yes'`` → 1, ``'yes'`` vs 10 × ``'Yes'`` → 0).
+    * ``"vizwiz"`` — the VizWiz-VQA evaluator: only the prediction is normalised (with
+      :data:`~dpmtv.eval.normalise.VIZWIZ_CONTRACTIONS`); references are compared as written,
+      not even stripped (``'yes'`` vs 10 × ``'Yes'`` → 0).
+    * ``"lenient"`` — both sides always normalised (a deviation from both evaluators, reported
+      as such).
+
+    Raises:
+        ParameterError: no reference answers, or an unknown rule.
     """
+    references, transform = _match_forms(answers, rule)
+    return float(_leave_one_out(Counter(references)[transform(prediction)], len(references)))
+
+
+def vqa_accuracies(predictions: Sequence[str], answers: Sequence[str], *, rule: str) -> np.ndarray:
+    """:func:`vqa_accuracy` of many predictions against one reference list: float64 ``(P,)``."""
+    references, transform = _match_forms(answers, rule)
+    counts = Counter(references)
+    matches = np.array([counts.get(transform(p), 0) for p in predictions], dtype=np.float64)
+    return _leave_one_out(matches, len(references))
+
+
+def _leave_one_out(count, n: int):
+    """Mean over annotators of ``min(1, matches among the others / 3)`` when ``count`` of the
+    ``n`` match: a matching annotator sees ``count − 1`` matches, another sees ``count``."""
+    return (count * np.minimum(1.0, (count - 1) / 3) + (n - count) * np.minimum(1.0, count / 3)) / n
+
+
+def _match_forms(answers: Sequence[str], rule: str) -> tuple[list[str], Callable[[str], str]]:
+    """The references as compared under ``rule``, and what the prediction becomes."""
     if not answers:
         raise ParameterError("vqa_accuracy needs at least one reference answer, got none")
-    refs = _references(answers, references)
-    pred = normalize_vqa_answer(prediction)
-    count, n = sum(ref == pred for ref in refs), len(refs)
-    # leave-one-out: a matching annotator sees count-1 matches among the others, another sees count
-    return (count * min(1.0, (count - 1) / 3) + (n - count) * min(1.0, count / 3)) / n
+    if rule == "lenient":
+        return [normalize_vqa_answer(a) for a in answers], normalize_vqa_answer
+    if rule == "vizwiz":
+        return list(answers), _vizwiz_prediction
+    if rule == "vqa":
+        stripped = [_strip(a) for a in answers]
+        if len(set(stripped)) > 1:
+            return [normalize_vqa_answer(a) for a in stripped], normalize_vqa_answer
+        return stripped, _strip
+    raise ParameterError(f"unknown VQA accuracy rule {rule!r}; use one of {', '.join(VQA_RULES)}")
 
 
-def _references(answers: Sequence[str], mode: str) -> list[str]:
-    if mode == "normalise":
-        return [normalize_vqa_answer(a) for a in answers]
-    if mode == "official":
-        refs = [a.replace("\n", " ").replace("\t", " ").strip() for a in answers]
-        return [process_punctuation(a) for a in refs] if len(set(refs)) > 1 else refs
-    raise ParameterError(f"references must be 'normalise' or 'official', got {mode!r}")
+def _strip(text: str) -> str:
+    return text.replace("\n", " ").replace("\t", " ").strip()
+
+
+def _vizwiz_prediction(text: str) -> str:
+    return process_digit_article(process_punctuation(_strip(text)), VIZWIZ_CONTRACTIONS)
 
 
 _LETTER_ALONE = re.compile(r"^\(?([A-Za-z])\)?[.:)]?$")
@@ -146,6 +196,11 @@ class Scorer(ABC):
     def primary(self) -> str:
         return self.metrics[0]
 
+    @property
+    def description(self) -> str:
+        """How the queries are scored, as reports name it."""
+        return self.__doc__.strip().splitlines()[0]
+
     @abstractmethod
     def score(self, record: Record, prediction: str) -> dict[str, float]:
         """The metrics of one query (a subset of :attr:`metrics`)."""
@@ -198,26 +253,40 @@ class ExactMatchScorer(Scorer):
 
 
 class VQAScorer(Scorer):
-    """VQA accuracy against each query's annotator answers."""
+    """VQA accuracy against each query's annotator answers, under one of :data:`VQA_RULES`
+    (``"vqa"`` by default; VizWiz uses ``"vizwiz"``)."""
 
     metrics = ("vqa_accuracy",)
 
-    def __init__(self, references: Mapping[str, Sequence[str]]):
+    def __init__(self, references: Mapping[str, Sequence[str]], *, rule: str = "vqa"):
+        if rule not in VQA_RULES:
+            raise ParameterError(f"unknown VQA accuracy rule {rule!r}; use one of {', '.join(VQA_RULES)}")
+        self.rule = rule
         self.references = {key: tuple(value) for key, value in references.items()}
         self.vocabulary = _vocabulary(a for answers in self.references.values() for a in answers)
 
+    @property
+    def description(self) -> str:
+        return VQA_RULE_DESCRIPTIONS[self.rule]
+
     def score(self, record: Record, prediction: str) -> dict[str, float]:
-        return {"vqa_accuracy": vqa_accuracy(prediction, self._lookup(self.references, record))}
+        refs = self._lookup(self.references, record)
+        return {"vqa_accuracy": float(vqa_accuracy(prediction, refs, rule=self.rule))}
 
     def candidates(self, record: Record) -> tuple[str, ...]:
         return self.vocabulary
 
     def candidate_scores(self, record: Record, candidates: Sequence[str]) -> np.ndarray:
-        """Fast path: candidates are in normal form, so only their match count matters."""
-        refs = self._lookup(self.references, record)
-        counts, n = Counter(normalize_answer(a) for a in refs), len(refs)
-        c = np.array([counts.get(candidate, 0) for candidate in candidates], dtype=np.float64)
-        return (c * np.minimum(1.0, (c - 1) / 3) + (n - c) * np.minimum(1.0, c / 3)) / n
+        """Fast path: one reference preparation for all candidates."""
+        return vqa_accuracies(candidates, self._lookup(self.references, record), rule=self.rule)
+
+
+#: How each rule is named in reports.
+VQA_RULE_DESCRIPTIONS = {
+    "vqa": "VQA accuracy, official VQA evaluator rule (GT-Vision-Lab/VQA vqaEval.py, 2021)",
+    "vizwiz": "VQA accuracy, VizWiz evaluator rule (prediction normalised, references as written)",
+    "lenient": "VQA accuracy, lenient rule (both sides normalised; DEVIATES from the official evaluators)",
+}
 
 
 class OptionLetterScorer(Scorer):
@@ -245,12 +314,20 @@ class MedicalScorer(Scorer):
 
     metrics = ("closed_accuracy", "open_exact_match", "open_recall")
 
-    def __init__(self, kinds: Mapping[str, str], answers: Mapping[str, str]):
+    def __init__(
+        self,
+        kinds: Mapping[str, str],
+        answers: Mapping[str, str],
+        questions: Mapping[str, str] | None = None,
+    ):
         bad = {kind for kind in kinds.values()} - {"closed", "open"}
         if bad:
             raise ParameterError(f"question kinds must be 'closed' or 'open', got {sorted(bad)}")
         self.kinds = dict(kinds)
-        self.closed_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "closed")
+        self.questions = dict(questions or {})
+        self.closed_vocabulary = _vocabulary(
+            [*YES_NO, *(answers[k] for k, kind in kinds.items() if kind == "closed")]
+        )
         self.open_vocabulary = _vocabulary(answers[k] for k, kind in kinds.items() if kind == "open")
 
     def score(self, record: Record, prediction: str) -> dict[str, float]:
@@ -268,6 +345,22 @@ class MedicalScorer(Scorer):
         return key
 
     def candidates(self, record: Record) -> tuple[str, ...]:
+        """Open: the open vocabulary. Closed: yes/no when the QUESTION reads as a yes/no one
+        (:func:`is_yes_no_question`), else the one closed vocabulary (yes, no and every closed
+        test answer) — never decided from the query's own gold answer."""
         if self._lookup(self.kinds, record) == "open":
             return self.open_vocabulary
-        return YES_NO if normalize_answer(record.answer) in YES_NO else self.closed_vocabulary
+        question = self.questions.get(record.record_id, record.question)
+        return YES_NO if is_yes_no_question(question) else self.closed_vocabulary
+
+
+_YES_NO_OPENERS = frozenset(
+    "is are was were do does did can could has have had will would should shall may might must".split()
+)
+
+
+def is_yes_no_question(question: str) -> bool:
+    """The question's first line opens with an auxiliary verb and offers no ``or`` alternative
+    (``Is there a fracture?`` yes; ``Is this an MRI or a CT?`` no)."""
+    words = re.findall(r"[a-z']+", question.split("\n", 1)[0].casefold())
+    return bool(words) and words[0] in _YES_NO_OPENERS and "or" not in words

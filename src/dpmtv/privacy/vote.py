@@ -19,6 +19,19 @@ Every query reads the same private records, so ``Q`` queries compose (adaptively
 ``SelfComposedDpEvent(GaussianDpEvent(σ/Δ), Q)``, evaluated by the PLD accountant — no
 composition theorem is written here. The total epsilon grows with ``Q``; at a fixed total budget,
 :func:`calibrate_per_query_noise` finds the (larger) per-query ``σ``.
+
+Poisson-subsampled ensembles (DP-ICL, Wu et al., ICLR 2024)
+-----------------------------------------------------------
+DP-ICL itself draws, for EACH query, a fresh Poisson subsample of the private records (each
+record independently with probability ``q``) and spreads the sampled records over the query's
+``M`` prompts, each record to one prompt drawn uniformly and independently of the others. Under
+add/remove-one, in the coupling that shares every other record's inclusion and prompt draw, the
+added record is absent with probability ``1 − q``; present, it changes the one prompt it lands in
+— one vote moves, ``Δ = √2`` as above. A query is therefore the Poisson-subsampled Gaussian
+mechanism, ``PoissonSampledDpEvent(q, GaussianDpEvent(σ/√2))``, and ``Q`` queries compose as
+``SelfComposedDpEvent(·, Q)`` — both evaluated by dp-accounting's PLD accountant under
+``ADD_OR_REMOVE_ONE`` (the amplification holds for add/remove; this variant is not offered under
+replace-one). :func:`calibrate_subsampled_query_noise` finds ``σ`` at a total budget.
 """
 
 from __future__ import annotations
@@ -39,8 +52,12 @@ from dpmtv.privacy.relation import NeighbouringRelation, parse_relation
 
 __all__ = [
     "calibrate_per_query_noise",
+    "calibrate_subsampled_query_noise",
     "dp_icl_epsilon",
     "dp_icl_event",
+    "subsampled_dp_icl_epsilon",
+    "subsampled_dp_icl_event",
+    "subsampled_vote_event",
     "noisy_argmax",
     "noisy_vote_event",
     "vote_histogram",
@@ -188,3 +205,87 @@ def votes_by_candidate(counts: Mapping[Hashable, int], candidates: Sequence[Hash
         if answer in index:
             dense[index[answer]] = float(count)
     return dense
+
+
+# ---- Poisson-subsampled ensembles (module docstring) -----------------------------------------
+_SUBSAMPLED_RELATIVE_TOL = 1e-3
+_SMALLEST_MULTIPLIER = 0.25
+
+
+def subsampled_vote_event(*, noise_std: float, sampling_probability: float) -> dp_accounting.DpEvent:
+    """ONE query of the subsampled ensemble: ``PoissonSampledDpEvent(q, GaussianDpEvent(σ/√2))``
+    (add/remove-one only; see the module docstring)."""
+    q = _check_probability(sampling_probability)
+    vote = noisy_vote_event(noise_std=noise_std, relation=NeighbouringRelation.ADD_REMOVE_ONE)
+    return dp_accounting.PoissonSampledDpEvent(q, vote)
+
+
+def subsampled_dp_icl_event(
+    *, noise_std: float, sampling_probability: float, num_queries: int
+) -> dp_accounting.DpEvent:
+    """``num_queries`` subsampled queries: ``SelfComposedDpEvent(subsampled vote, Q)``."""
+    num_queries = check_int("num_queries", num_queries, minimum=1)
+    event = subsampled_vote_event(noise_std=noise_std, sampling_probability=sampling_probability)
+    return dp_accounting.SelfComposedDpEvent(event, num_queries)
+
+
+def subsampled_dp_icl_epsilon(
+    *, noise_std: float, sampling_probability: float, delta: float, num_queries: int
+) -> float:
+    """Total epsilon at ``delta`` of ``num_queries`` subsampled queries (PLD, add/remove-one)."""
+    event = subsampled_dp_icl_event(
+        noise_std=noise_std, sampling_probability=sampling_probability, num_queries=num_queries
+    )
+    return epsilon_of(event, delta=delta)
+
+
+def calibrate_subsampled_query_noise(
+    *, total_epsilon: float, delta: float, num_queries: int, sampling_probability: float
+) -> float:
+    """Smallest per-query vote noise std ``σ`` (within a 1e-3 relative tolerance, rounded up)
+    such that ``num_queries`` subsampled queries are ``(total_epsilon, delta)``-DP under the PLD
+    accountant, add/remove-one.
+
+    Brackets ``z = σ/√2`` by halving the un-subsampled multiplier (an upper bound: subsampling
+    only lowers epsilon) until epsilon exceeds the budget, bisects with
+    ``dp_accounting.calibrate_dp_mechanism``, then grows ``z`` until the accountant
+    (:func:`~dpmtv.privacy.events.epsilon_of`) confirms ``ε ≤ total_epsilon``. Below a floor of
+    ``z = 0.25`` the search stops and returns the floor (valid, possibly more noise than needed).
+
+    Raises:
+        ParameterError: an invalid budget, ``num_queries < 1`` or ``q`` outside ``(0, 1]``.
+    """
+    validate_epsilon_delta(epsilon=total_epsilon, delta=delta)
+    num_queries = check_int("num_queries", num_queries, minimum=1)
+    q = _check_probability(sampling_probability)
+    epsilon, delta = float(total_epsilon), float(delta)
+    sqrt2 = vote_l2_sensitivity(NeighbouringRelation.ADD_REMOVE_ONE)
+
+    def make_event(z: float) -> dp_accounting.DpEvent:
+        return subsampled_dp_icl_event(noise_std=z * sqrt2, sampling_probability=q, num_queries=num_queries)
+
+    upper = calibrate_per_query_noise(total_epsilon=epsilon, delta=delta, num_queries=num_queries) / sqrt2
+    lower = upper
+    while epsilon_of(make_event(lower), delta=delta) <= epsilon:
+        if lower <= _SMALLEST_MULTIPLIER:
+            floor = _round_up(make_event, _SMALLEST_MULTIPLIER, epsilon=epsilon, delta=delta, step=0.01)
+            return floor * sqrt2
+        upper, lower = lower, max(lower / 2, _SMALLEST_MULTIPLIER)
+    tol = _SUBSAMPLED_RELATIVE_TOL * lower
+    found = mechanism_calibration.calibrate_dp_mechanism(
+        make_accountant,
+        make_event,
+        epsilon,
+        delta,
+        bracket_interval=mechanism_calibration.ExplicitBracketInterval(lower, upper),
+        tol=tol,
+    )
+    z = _round_up(make_event, float(found) + tol, epsilon=epsilon, delta=delta, step=tol)
+    return z * sqrt2
+
+
+def _check_probability(value: float) -> float:
+    q = float(value)
+    if not (math.isfinite(q) and 0.0 < q <= 1.0):
+        raise ParameterError(f"sampling_probability must be in (0, 1], got {value!r}")
+    return q

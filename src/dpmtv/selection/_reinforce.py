@@ -5,12 +5,20 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from dpmtv._progress import progress_bar
 from dpmtv.errors import ParameterError
 from dpmtv.selection._search import PublicSearch, heads_of
 from dpmtv.selection.result import SelectionResult
+
+#: MTV clamps each head's keep-probability to [1e-3, 1 − 1e-3] before sampling, so no head is
+#: ever certainly in or out and the log-probabilities stay finite (its gradient is zero outside).
+PROBABILITY_CLAMP = 1e-3
+
+
+def keep_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """``clamp(sigmoid(θ), 1e-3, 1 − 1e-3)``, as MTV computes its Bernoulli probabilities."""
+    return torch.sigmoid(logits).clamp(PROBABILITY_CLAMP, 1 - PROBABILITY_CLAMP)
 
 
 def reinforce(
@@ -24,15 +32,17 @@ def reinforce(
     seed: int = 0,
     progress: bool = True,
 ) -> SelectionResult:
-    """Learn a keep-probability ``sigmoid(θ_lh)`` per head by policy gradient.
+    """Learn a keep-probability ``p_lh = clamp(sigmoid(θ_lh), 1e-3, 1 − 1e-3)`` per head (the clamp
+    as in MTV) by policy gradient.
 
     Each step takes the next train query (seeded shuffle, cycled), samples ``samples_per_step``
-    subsets ``x ~ Bernoulli(sigmoid(θ))`` restricted to the pool, patches the public means into
+    subsets ``x ~ Bernoulli(p)`` restricted to the pool, patches the public means into
     each subset (one batch, one row per subset), and uses the reward ``r = log p(first answer
     token)`` (= −cross-entropy). With z-scored rewards ``z``, the REINFORCE loss
-    ``−mean_s z_s · log P_θ(x_s)`` has gradient ``−mean_s z_s (x_s − sigmoid(θ))``; Adam (``lr``)
-    steps on it. Finally ``final_samples`` subsets are drawn and the one with the lowest mean loss
-    on the held-out dev queries is kept (empty draws are skipped).
+    ``−mean_s z_s · log P_θ(x_s)`` (``log P = x log p + (1 − x) log(1 − p)``, differentiated
+    through the clamp) has gradient ``−mean_s z_s (x_s − p)`` where the clamp is inactive and 0
+    where it is; Adam (``lr``) steps on it. Finally ``final_samples`` subsets are drawn and the
+    one with the lowest mean loss on the held-out dev queries is kept (empty draws are skipped).
     """
     if steps < 0 or samples_per_step < 2 or final_samples < 1:
         raise ParameterError(
@@ -51,7 +61,7 @@ def reinforce(
                 search, logits, pool, optimizer, order[step % len(order)], samples_per_step, generator
             )
             advance(1)
-    probabilities = torch.sigmoid(logits.detach()) * pool  # (L, H)
+    probabilities = keep_probabilities(logits.detach()) * pool  # (L, H)
     details = dict(
         steps=steps,
         samples_per_step=samples_per_step,
@@ -64,11 +74,13 @@ def reinforce(
 
 
 def _policy_step(search, logits, pool, optimizer, query: int, rows: int, generator) -> None:
-    probabilities = torch.sigmoid(logits.detach()).expand(rows, *logits.shape)  # (R, L, H)
-    samples = torch.bernoulli(probabilities, generator=generator) * pool  # (R, L, H)
+    keep = keep_probabilities(logits)  # (L, H), differentiable
+    samples = (
+        torch.bernoulli(keep.detach().expand(rows, *logits.shape), generator=generator) * pool
+    )  # (R, L, H)
     reward = search.train.evaluate(samples, [query])[0][:, 0].double()  # (R,)
     z = ((reward - reward.mean()) / (reward.std() + 1e-8)).float()  # (R,)
-    log_prob = samples * F.logsigmoid(logits) + (1 - samples) * F.logsigmoid(-logits)  # (R, L, H)
+    log_prob = samples * torch.log(keep) + (1 - samples) * torch.log1p(-keep)  # (R, L, H)
     loss = -(z * (log_prob * pool).sum(dim=(1, 2))).mean()
     optimizer.zero_grad()
     loss.backward()

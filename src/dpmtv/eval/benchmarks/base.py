@@ -12,7 +12,7 @@ import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.eval.scorers import Scorer
+from dpmtv.eval.scorers import Scorer, normalize_answer
 
 #: Appended to open questions (the usual short-answer VQA instruction), for every method alike.
 SHORT_ANSWER = "Answer the question using a single word or phrase."
@@ -48,6 +48,7 @@ class Benchmark:
             "num_test": len(self.test),
             "metrics": list(self.scorer.metrics),
             "primary_metric": self.scorer.primary,
+            "scoring": self.scorer.description,
             "notes": list(self.notes),
         }
 
@@ -134,9 +135,12 @@ def finish(
     return Benchmark(name, tuple(train), tuple(test), make_scorer(test), tuple(notes))
 
 
-def most_common(answers: Sequence[str]) -> str:
-    """The most frequent answer (first on ties) — a VQA question's demonstration answer."""
+def most_common_normalised(answers: Sequence[str]) -> str:
+    """The most frequent answer in the VQA normal form (first on ties) — a VQA question's
+    demonstration answer. Annotators who left the answer empty are outvoted by any non-empty
+    answer, since an empty demonstration teaches nothing; all empty gives ``""``."""
     counts: dict[str, int] = {}
-    for answer in answers:
+    for answer in (normalize_answer(a) for a in answers):
         counts[answer] = counts.get(answer, 0) + 1
-    return max(counts, key=lambda a: counts[a])
+    filled = {answer: count for answer, count in counts.items() if answer} or counts
+    return max(filled, key=lambda a: filled[a])

@@ -26,16 +26,20 @@ from dpmtv.eval.benchmarks.base import (
     read_json,
     require,
 )
+from dpmtv.eval.benchmarks.flower_names import FLOWER_NAMES
 from dpmtv.eval.scorers import LETTERS, OptionLetterScorer
 
 DEFAULT_TRAIN_EPISODES, DEFAULT_TEST_EPISODES = 1000, 200
+#: Folders a Flowers102 copy may sit in under the root (torchvision: flowers-102/)
+FLOWERS_FOLDERS = ("flowers-102", "flowers102", "oxford-102-flowers")
 Pool = Mapping[str, Sequence[Path]]  # class name -> its images
 
 FLOWERS_LAYOUT = """\
   ROOT/jpg/image_00001.jpg ... image_08189.jpg
   ROOT/imagelabels.mat   'labels': 1 x 8189, classes 1..102
   ROOT/setid.mat         'trnid', 'valid', 'tstid': 1-based image numbers
-  ROOT/cat_to_name.json  optional {"1": "pink primrose", ...}; without it classes are 'class N'"""
+  ROOT/cat_to_name.json  optional {"1": "pink primrose", ...}; without it the shipped 102 names
+  (ROOT may also hold these under flowers-102/ as torchvision downloads them, or flowers102/)"""
 
 CUB_LAYOUT = """\
   ROOT/CUB_200_2011/images.txt               '<image_id> <path under images/>'
@@ -43,12 +47,13 @@ CUB_LAYOUT = """\
   ROOT/CUB_200_2011/classes.txt              '<class_id> 001.Black_footed_Albatross'
   ROOT/CUB_200_2011/train_test_split.txt     '<image_id> <1 = train, 0 = test>'
   ROOT/CUB_200_2011/images/001.Black_footed_Albatross/....jpg
-  (ROOT may also be the CUB_200_2011 folder itself)"""
+  (ROOT may also be the CUB_200_2011 folder itself, or hold CUB_200_2011/CUB_200_2011/)"""
 
 DTD_LAYOUT = """\
   ROOT/dtd/images/<category>/<category>_0001.jpg ...
   ROOT/dtd/labels/train1.txt, val1.txt, test1.txt   lines '<category>/<file>.jpg'
-  (ROOT may also be the dtd folder itself; split 1 of the published 10)"""
+  (ROOT may also be the dtd folder itself, or hold dtd/dtd/ as torchvision downloads it;
+   split 1 of the published 10)"""
 
 
 def episodes(pool: Pool, count: int, *, seed: int, prefix: str, noun: str) -> tuple[list[Record], dict]:
@@ -108,17 +113,19 @@ def _benchmark(name: str, noun: str, pools: tuple[Pool, Pool], root: Path, layou
 def load_flowers102(root: Path, options: LoadOptions) -> Benchmark:
     from scipy.io import loadmat
 
+    base = first_existing(root, FLOWERS_FOLDERS)
+
     def mat(file: str) -> dict:
-        path = require(root / file, name="flowers102", root=root, layout=FLOWERS_LAYOUT)
+        path = require(base / file, name="flowers102", root=root, layout=FLOWERS_LAYOUT)
         try:
             return loadmat(str(path))
         except (OSError, ValueError) as exc:
             raise RecordError(f"flowers102: '{path}' is not a readable .mat file ({exc})") from None
 
-    require(root / "jpg", name="flowers102", root=root, layout=FLOWERS_LAYOUT)
+    require(base / "jpg", name="flowers102", root=root, layout=FLOWERS_LAYOUT)
     labels = np.asarray(_mat_field(mat("imagelabels.mat"), "labels", "imagelabels.mat")).ravel()
     split = mat("setid.mat")
-    names = _flower_names(root)
+    names = _flower_names(base, root)
     train_ids = np.concatenate([_mat_field(split, key, "setid.mat").ravel() for key in ("trnid", "valid")])
     test_ids = _mat_field(split, "tstid", "setid.mat").ravel()
 
@@ -127,7 +134,7 @@ def load_flowers102(root: Path, options: LoadOptions) -> Benchmark:
         for image_number in ids.astype(int):
             label = int(labels[image_number - 1])
             out.setdefault(names.get(label, f"class {label}"), []).append(
-                root / "jpg" / f"image_{image_number:05d}.jpg"
+                base / "jpg" / f"image_{image_number:05d}.jpg"
             )
         return out
 
@@ -142,17 +149,18 @@ def _mat_field(content: dict, key: str, file: str) -> np.ndarray:
     return np.asarray(content[key])
 
 
-def _flower_names(root: Path) -> dict[int, str]:
-    path = root / "cat_to_name.json"
+def _flower_names(base: Path, root: Path) -> dict[int, str]:
+    """The copy's ``cat_to_name.json`` when it has one, else the shipped names."""
+    path = base / "cat_to_name.json"
     if not path.exists():
-        return {}
+        return dict(FLOWER_NAMES)
     content = read_json(path, name="flowers102", root=root, layout=FLOWERS_LAYOUT)
     return {int(key): str(value) for key, value in content.items()}
 
 
 # ---- CUB-200-2011 ----------------------------------------------------------------------------
 def load_cub200(root: Path, options: LoadOptions) -> Benchmark:
-    base = first_existing(root, ["CUB_200_2011"])
+    base = first_existing(root, ["CUB_200_2011/CUB_200_2011", "CUB_200_2011"])
 
     def table(file: str) -> dict[str, str]:
         path = require(base / file, name="cub-200", root=root, layout=CUB_LAYOUT)
@@ -186,7 +194,7 @@ def load_cub200(root: Path, options: LoadOptions) -> Benchmark:
 
 # ---- DTD -------------------------------------------------------------------------------------
 def load_dtd(root: Path, options: LoadOptions) -> Benchmark:
-    base = first_existing(root, ["dtd"])
+    base = first_existing(root, ["dtd/dtd", "dtd"])
 
     def pool(files: Sequence[str]) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = {}

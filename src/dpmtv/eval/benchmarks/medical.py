@@ -2,12 +2,18 @@
 
 Closed questions: the published ``answer_type`` ``CLOSED`` (VQA-RAD, SLAKE), or a yes/no answer
 (PathVQA, whose files carry no type). Everything else is open.
+
+The published splits of VQA-RAD and PathVQA overlap: VQA-RAD's training rows repeat, and one also
+appears in its test split; PathVQA's card notes duplicates too. Before anything else, each loader
+drops the training rows whose (image, question, answer) — question case- and space-folded, answer
+in the VQA normal form — occurs in the test split, then repeated training rows, and reports both
+counts (and the repeated test rows, which are kept: they are the published queries).
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dpmtv.data.records import Record
@@ -44,13 +50,48 @@ PATHVQA_LAYOUT = """\
   (ROOT may also be the pvqa folder itself; closed = yes/no answers)"""
 
 
-def _medical(name: str, train, test, kinds: dict[str, str], root: Path, layout: str, options) -> Benchmark:
+def _medical(
+    name: str, train, test, kinds: dict[str, str], root: Path, layout: str, options, *, dedupe: bool
+) -> Benchmark:
     def make_scorer(kept):
         return MedicalScorer(
-            {r.record_id: kinds[r.record_id] for r in kept}, {r.record_id: r.answer for r in kept}
+            {r.record_id: kinds[r.record_id] for r in kept},
+            {r.record_id: r.answer for r in kept},
+            {r.record_id: r.question for r in kept},
         )
 
-    return finish(name, train, test, make_scorer, root=root, layout=layout, options=options)
+    train, notes = drop_overlap_and_duplicates(train, test) if dedupe else (train, ())
+    return finish(name, train, test, make_scorer, root=root, layout=layout, options=options, notes=notes)
+
+
+def _row_key(record: Record) -> tuple[str, str, str]:
+    image = Path(str(record.images[0])).name if record.images else ""
+    question = " ".join(record.question.split("\n", 1)[0].casefold().split())
+    return image, question, normalize_answer(record.answer)
+
+
+def drop_overlap_and_duplicates(
+    train: Sequence[Record], test: Sequence[Record]
+) -> tuple[list[Record], tuple[str, ...]]:
+    """Training rows minus those also in the test split and minus repeats (first one kept), with
+    notes giving the counts (see the module docstring for the row identity)."""
+    test_keys = [_row_key(r) for r in test]
+    in_test, seen, kept = set(test_keys), set(), []
+    overlap = repeated = 0
+    for record in train:
+        key = _row_key(record)
+        if key in in_test:
+            overlap += 1
+        elif key in seen:
+            repeated += 1
+        else:
+            seen.add(key)
+            kept.append(record)
+    notes = (
+        f"dropped {overlap} training row(s) that also appear in the test split and "
+        f"{repeated} repeated training row(s); {len(test_keys) - len(in_test)} repeated test row(s) kept",
+    )
+    return kept, notes
 
 
 def _record(record_id: str, image: Path, question: object, answer: object, where: str) -> Record:
@@ -88,14 +129,14 @@ def load_vqa_rad(root: Path, options: LoadOptions) -> Benchmark:
         kinds[record.record_id] = _kind(field_of(row, "answer_type", where), record.answer)
         is_test = str(row.get("phrase_type", "")).startswith("test")
         (test if is_test else train).append(record)
-    return _medical("vqa-rad", train, test, kinds, root, VQA_RAD_LAYOUT, options)
+    return _medical("vqa-rad", train, test, kinds, root, VQA_RAD_LAYOUT, options, dedupe=True)
 
 
 def load_slake(root: Path, options: LoadOptions) -> Benchmark:
     base = first_existing(root, ["Slake1.0", "Slake"])
     kinds: dict[str, str] = {}
     splits = [list(_slake_split(base, root, split, kinds)) for split in ("train", "test")]
-    return _medical("slake", splits[0], splits[1], kinds, root, SLAKE_LAYOUT, options)
+    return _medical("slake", splits[0], splits[1], kinds, root, SLAKE_LAYOUT, options, dedupe=False)
 
 
 def _slake_split(base: Path, root: Path, split: str, kinds: dict[str, str]) -> Iterable[Record]:
@@ -123,7 +164,7 @@ def load_pathvqa(root: Path, options: LoadOptions) -> Benchmark:
     base = first_existing(root, ["pvqa"])
     kinds: dict[str, str] = {}
     splits = [list(_pathvqa_split(base, root, split, kinds)) for split in ("train", "test")]
-    return _medical("pathvqa", splits[0], splits[1], kinds, root, PATHVQA_LAYOUT, options)
+    return _medical("pathvqa", splits[0], splits[1], kinds, root, PATHVQA_LAYOUT, options, dedupe=True)
 
 
 def _pathvqa_split(base: Path, root: Path, split: str, kinds: dict[str, str]) -> Iterable[Record]:
@@ -142,14 +183,56 @@ def _pathvqa_split(base: Path, root: Path, split: str, kinds: dict[str, str]) ->
         yield record
 
 
+def _string_dtype(spec, *args):
+    """``numpy.dtype`` for string dtypes only (``'U7'``, ``'S3'``): what a numpy string scalar
+    pickles with."""
+    import numpy as np
+
+    if not (isinstance(spec, str) and spec[:1] in ("U", "S")):
+        raise RecordError(f"pathvqa: the .pkl file builds numpy dtype {spec!r}; only string dtypes are read")
+    return np.dtype(spec, *args)
+
+
+def _string_scalar(dtype, raw: bytes = b"") -> str:
+    """What ``numpy.core.multiarray.scalar(dtype, raw)`` builds for a string dtype, decoded here
+    from the raw bytes (numpy is never called with pickled arguments), as a plain ``str``."""
+    import numpy as np
+
+    if not isinstance(dtype, np.dtype) or dtype.kind not in ("U", "S") or not isinstance(raw, bytes):
+        raise RecordError(
+            f"pathvqa: the .pkl file builds a numpy scalar of dtype {dtype!r}; only strings are read"
+        )
+    if dtype.kind == "S":
+        return raw.rstrip(b"\0").decode("utf-8", "replace")
+    return raw.decode("utf-32-be" if dtype.byteorder == ">" else "utf-32-le").rstrip("\0")
+
+
+#: The only globals a PathVQA pickle may name: numpy string scalars and the codec that pickles
+#: their raw bytes under protocol 2. Each is wrapped so it builds strings and nothing else.
+_ALLOWED_GLOBALS = {
+    ("numpy", "dtype"): _string_dtype,
+    ("numpy.core.multiarray", "scalar"): _string_scalar,
+    ("numpy._core.multiarray", "scalar"): _string_scalar,
+    ("_codecs", "encode"): None,  # resolved below: a pure str -> bytes function
+}
+
+
 class _PlainUnpickler(pickle.Unpickler):
-    """Reads only built-in containers and scalars: any class or function reference is refused,
-    so a tampered .pkl cannot run code."""
+    """Reads built-in containers and scalars plus numpy STRING scalars (PathVQA's files hold
+    ``numpy.str_`` values): any other class or function reference is refused, so a tampered
+    .pkl cannot run code."""
 
     def find_class(self, module: str, name: str):
-        raise RecordError(
-            f"pathvqa: the .pkl file references {module}.{name}; only plain lists/dicts are read"
-        )
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise RecordError(
+                f"pathvqa: the .pkl file references {module}.{name}; only plain lists/dicts and numpy "
+                "strings are read"
+            )
+        if (module, name) == ("_codecs", "encode"):
+            import codecs
+
+            return codecs.encode
+        return _ALLOWED_GLOBALS[(module, name)]
 
 
 def _load_plain_pickle(path: Path) -> list:

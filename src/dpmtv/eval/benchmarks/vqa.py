@@ -1,8 +1,11 @@
 """VizWiz-VQA and OK-VQA from their published annotation files (VQA accuracy, 10 answers).
 
-The demonstration answer of a question is its most frequent annotator answer; the queries are
-scored against all of them. Test-split answers are unpublished for both, so the published
-validation split serves as the queries and the training split as the (private) pool.
+The demonstration answer of a question is its most frequent annotator answer in the VQA normal
+form (empty answers count only when every annotator left it empty); the queries are scored
+against all of them, an empty annotator answer included (it is a reference the evaluators keep).
+VizWiz is scored with the VizWiz evaluator's rule, OK-VQA with the official VQA one (see
+:func:`dpmtv.eval.scorers.vqa_accuracy`). Test-split answers are unpublished for both, so the
+published validation split serves as the queries and the training split as the (private) pool.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dpmtv.eval.benchmarks.base import (
     LoadOptions,
     field_of,
     finish,
-    most_common,
+    most_common_normalised,
     read_json,
 )
 from dpmtv.eval.scorers import VQAScorer
@@ -46,7 +49,7 @@ def load_vizwiz(root: Path, options: LoadOptions) -> Benchmark:
         "vizwiz",
         train,
         test,
-        lambda kept: VQAScorer({r.record_id: references[r.record_id] for r in kept}),
+        lambda kept: VQAScorer({r.record_id: references[r.record_id] for r in kept}, rule="vizwiz"),
         root=root,
         layout=VIZWIZ_LAYOUT,
         options=options,
@@ -77,7 +80,7 @@ def load_okvqa(root: Path, options: LoadOptions) -> Benchmark:
         "ok-vqa",
         train,
         test,
-        lambda kept: VQAScorer({r.record_id: references[r.record_id] for r in kept}),
+        lambda kept: VQAScorer({r.record_id: references[r.record_id] for r in kept}, rule="vqa"),
         root=root,
         layout=OKVQA_LAYOUT,
         options=options,
@@ -115,9 +118,15 @@ def _list_under(path: Path, key: str) -> list:
 
 
 def _answers(raw: object, where: str) -> tuple[str, ...]:
+    """The annotators' answers; an empty one (``""``) is kept: the evaluators score against it."""
     if not isinstance(raw, list) or not raw:
         raise RecordError(f"{where}: field 'answers' must be a non-empty list")
-    return tuple(str(field_of(a, "answer", f"{where}.answers")) for a in raw)
+    out = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not isinstance(entry.get("answer"), str):
+            raise RecordError(f"{where}.answers[{index}]: missing field 'answer' (a string)")
+        out.append(entry["answer"])
+    return tuple(out)
 
 
 def _record(record_id: str, image: Path, row: dict, answers: Sequence[str], where: str) -> Record:
@@ -126,7 +135,7 @@ def _record(record_id: str, image: Path, row: dict, answers: Sequence[str], wher
         record_id=record_id,
         images=(image,),
         question=f"{question}\n{SHORT_ANSWER}",
-        answer=most_common(answers),
+        answer=most_common_normalised(answers),
         where=where,
         has_explicit_id=True,
     )
