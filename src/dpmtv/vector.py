@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import LayerPatch
@@ -136,6 +137,7 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     os.close(handle)
     try:
         save_file(tensors, temporary, metadata={METADATA_KEY: metadata.model_dump_json()})
+        os.chmod(temporary, default_file_mode())  # mkstemp's 0600 would hide it from the group
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
