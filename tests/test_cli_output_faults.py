@@ -198,3 +198,15 @@ def test_a_build_removes_stale_temporaries_in_its_output_folder(
     result = runner.invoke(main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0"))
     assert result.exit_code == 0, result.output
     assert not stale.exists()
+
+
+def test_a_failed_write_without_a_ledger_is_one_error_line(
+    runner, tiny_llava_path, records_file, tmp_path, monkeypatch
+):
+    def failing_save(vector, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dpmtv.build, "save_task_vector", failing_save)
+    result = runner.invoke(main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0"))
+    assert result.exit_code == 2 and "No space left on device" in result.output, result.output
+    assert "Traceback" not in result.output

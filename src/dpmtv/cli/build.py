@@ -340,8 +340,11 @@ def _explain_failure(charge, exc: BaseException) -> None:
 
     receipt = None if charge is None else charge.receipt
     if receipt is None:
-        if isinstance(exc, sqlite3.OperationalError):  # the ledger stayed locked at the charge
+        if charge is not None and isinstance(exc, sqlite3.OperationalError):  # still locked at the charge
             raise ParameterError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
+        if isinstance(exc, OSError):
+            nothing = "; nothing was charged" if charge is not None else ""
+            raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None
         return
     spent = (
         f"dataset {charge.dataset!r} was voided"
