@@ -251,5 +251,7 @@ def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
         and privacy["num_unused_records"] is None
         and privacy["num_chunks"] == 3
     )
-    result = runner.invoke(main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user", "--force"])
+    result = runner.invoke(
+        main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user", "--force"]
+    )
     assert result.exit_code == 2 and "--num-chunks" in result.output

@@ -107,7 +107,11 @@ def test_artifacts_take_the_umask_default_mode(runner, tiny_llava_path, records_
 
 
 def test_an_unwritable_output_location_is_refused_before_any_forward_pass(
-    runner, tiny_llava_path, records_file, tmp_path, forward_calls  # noqa: F811
+    runner,
+    tiny_llava_path,
+    records_file,
+    tmp_path,
+    forward_calls,  # noqa: F811
 ):
     ledger = _ledger(runner, tmp_path)
     blocker = tmp_path / "not-a-folder"
@@ -141,7 +145,11 @@ def test_a_write_that_fails_after_the_charge_says_that_epsilon_was_charged(
 
 
 def test_a_locked_ledger_is_waited_for_with_a_message_and_a_bound(
-    runner, tiny_llava_path, records_file, tmp_path, forward_calls  # noqa: F811
+    runner,
+    tiny_llava_path,
+    records_file,
+    tmp_path,
+    forward_calls,  # noqa: F811
 ):
     ledger = _ledger(runner, tmp_path)
     holder = sqlite3.connect(ledger, isolation_level=None)
@@ -163,7 +171,11 @@ def test_a_locked_ledger_is_waited_for_with_a_message_and_a_bound(
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
 def test_a_read_only_ledger_is_refused_before_any_forward_pass(
-    runner, tiny_llava_path, records_file, tmp_path, forward_calls  # noqa: F811
+    runner,
+    tiny_llava_path,
+    records_file,
+    tmp_path,
+    forward_calls,  # noqa: F811
 ):
     ledger = _ledger(runner, tmp_path)
     ledger.chmod(0o444)
@@ -195,7 +207,9 @@ def test_a_build_removes_stale_temporaries_in_its_output_folder(
     stale.write_bytes(b"partial")
     old = time.time() - 3600
     os.utime(stale, (old, old))
-    result = runner.invoke(main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0"))
+    result = runner.invoke(
+        main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0")
+    )
     assert result.exit_code == 0, result.output
     assert not stale.exists()
 
@@ -207,6 +221,8 @@ def test_a_failed_write_without_a_ledger_is_one_error_line(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dpmtv.build, "save_task_vector", failing_save)
-    result = runner.invoke(main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0"))
+    result = runner.invoke(
+        main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0")
+    )
     assert result.exit_code == 2 and "No space left on device" in result.output, result.output
     assert "Traceback" not in result.output

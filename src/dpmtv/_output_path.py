@@ -40,9 +40,13 @@ def check_output_path(out: Path, *, force: bool, protected: Mapping[str, Path]) 
     except OSError as exc:
         raise ParameterError(f"--out '{out}' cannot be checked: {exc.strerror}") from None
     if stat.S_ISDIR(mode):
-        raise ParameterError(f"--out '{out}' is a folder; give a file path such as '{out}/vector.safetensors'")
+        raise ParameterError(
+            f"--out '{out}' is a folder; give a file path such as '{out}/vector.safetensors'"
+        )
     if not stat.S_ISREG(mode):
-        raise ParameterError(f"--out '{out}' is not a regular file (a device, pipe or socket); choose another path")
+        raise ParameterError(
+            f"--out '{out}' is not a regular file (a device, pipe or socket); choose another path"
+        )
     if not is_dpmtv_artifact(out):
         raise ParameterError(
             f"--out '{out}' exists and is not a dpmtv task vector; dpmtv never replaces other files "
