@@ -170,7 +170,7 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
 
 def test_build_with_private_selection_and_a_saved_selection(runner, tiny_llava_path, records_file, tmp_path):
     out = tmp_path / "p.safetensors"
-    args = _build_args(tiny_llava_path, records_file, out)
+    args = [*_build_args(tiny_llava_path, records_file, out), "--force"]  # rebuilt below
     i = args.index("--heads")
     del args[i : i + 2]
     args[args.index("--epsilon") + 1] = "4"
@@ -245,6 +245,7 @@ def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
         "3",
         "--max-records-per-user",
         "3",
+        "--force",  # the builds below rewrite the same --out
     ]
     result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -269,5 +270,7 @@ def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
         and privacy["num_unused_records"] is None
         and privacy["num_chunks"] == 3
     )
-    result = runner.invoke(main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user"])
+    result = runner.invoke(
+        main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user", "--force"]
+    )
     assert result.exit_code == 2 and "--num-chunks" in result.output

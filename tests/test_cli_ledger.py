@@ -174,7 +174,7 @@ def test_non_private_and_seeded_builds_void_the_dataset_only_when_asked(
     ledger = tmp_path / "ledger.sqlite"
     _init(runner, ledger, "clinic", 5)
     out = tmp_path / "v.safetensors"
-    charge = ["--heads", "layers:0", "--dataset", "clinic", "--ledger", str(ledger)]
+    charge = ["--heads", "layers:0", "--dataset", "clinic", "--ledger", str(ledger), "--force"]
     seeded = _build(tiny_llava_path, records_file, out, *charge, "--insecure-seeded-noise", "3")
     result = runner.invoke(main, seeded)
     assert result.exit_code == 2 and "--void-budget" in result.output

@@ -32,6 +32,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpmtv._artifact_claim import check_privacy_claim
+from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import LayerPatch
@@ -150,6 +151,7 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     try:
         text = metadata.model_dump_json()
         save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
+        os.chmod(temporary, default_file_mode())  # mkstemp's 0600 would hide it from the group
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

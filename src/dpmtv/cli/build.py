@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
+from dpmtv._output_path import check_not_an_input, check_output_path, prepare_output_folder
 from dpmtv.cli._common import (
     console,
+    err_console,
     float_list,
     model_options,
     print_vector_summary,
@@ -118,6 +122,19 @@ from dpmtv.errors import ParameterError
 )
 @ledger_option
 @click.option(
+    "--ledger-timeout",
+    "ledger_timeout_s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the ledger while another process is writing to it, then refuse.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing dpmtv artifact at --out (never any other file).",
+)
+@click.option(
     "--void-budget",
     is_flag=True,
     help="With --non-private or --insecure-seeded-noise and --dataset: record the build in the "
@@ -212,12 +229,15 @@ def command(
     show_private_counts,
     dataset,
     ledger_path,
+    ledger_timeout_s,
+    force,
     void_budget,
 ):
     """Build a private task vector from private records (SPEC §4)."""
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model
+    from dpmtv.privacy.ledger_access import check_ledger_writable
     from dpmtv.settings import relation_for_unit
 
     if epsilon is None and not non_private:
@@ -227,12 +247,19 @@ def command(
     if (head_spec is None) == (heads_from is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
     void_reason = _void_reason(non_private, insecure_seed, dataset, void_budget)
+    if not ledger_timeout_s >= 0:
+        raise ParameterError(f"--ledger-timeout must be >= 0 seconds, got {ledger_timeout_s}")
     ledger = resolve_build_ledger(ledger_path, dataset)
+    check_output_path(out, force=force, protected=_protected_paths(data_path, ledger))
     if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
+        ledger[0].busy_timeout_s = ledger_timeout_s
         relation = relation_for_unit(privacy_unit, neighbouring_relation).value
         _check_dataset(*ledger, relation, privacy_unit, void_reason)
+        check_ledger_writable(ledger[0], timeout_s=ledger_timeout_s, on_wait=print_warning)
     records = load_records(data_path)
+    check_not_an_input(out, _image_paths(records), "an image of a record")
     _check_public_inputs(records, heads_from, center, query)
+    prepare_output_folder(out)
     loaded = load_model(model_path, dtype=dtype, device=device)
     private_selection = None
     if heads_from == "private":
@@ -278,7 +305,11 @@ def command(
         max_prompt_tokens=max_prompt_tokens,
     )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
-    result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
+    try:
+        result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
+    except BaseException as exc:
+        _explain_failure(charge, exc)
+        raise
     if charge is not None:
         charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
     for note in result.warnings:
@@ -315,6 +346,44 @@ def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, poo
             f"--heads-from '{heads_from}' is not 'public:FILE', 'private' or a saved selection file"
         )
     return result.heads.check(geometry), result.to_metadata()
+
+
+def _protected_paths(data_path, ledger) -> dict[str, Path]:
+    """Files --out must never replace (a records folder protects everything in it)."""
+    from dpmtv.cli.budget import default_ledger_path
+
+    protected = {"the records folder" if data_path.is_dir() else "the records file": data_path}
+    protected["the ledger"] = ledger[0].path if ledger is not None else default_ledger_path()
+    return protected
+
+
+def _image_paths(records):
+    return (source for record in records for source in record.images if isinstance(source, Path))
+
+
+def _explain_failure(charge, exc: BaseException) -> None:
+    """A build that fails after its charge keeps the charge (noise was drawn): say so plainly.
+    An OS error there (a full disk) becomes one clear error line, not a traceback."""
+    from dpmtv.privacy.ledger import Void
+
+    receipt = None if charge is None else charge.receipt
+    if receipt is None:
+        if charge is not None and isinstance(exc, sqlite3.OperationalError):  # still locked at the charge
+            raise ParameterError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
+        if isinstance(exc, OSError):
+            nothing = "; nothing was charged" if charge is not None else ""
+            raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None
+        return
+    spent = (
+        f"dataset {charge.dataset!r} was voided"
+        if isinstance(receipt, Void)
+        else f"ε was charged to dataset {charge.dataset!r} (charge {receipt.charge_id}; "
+        f"{receipt.epsilon_spent:.2f} of {receipt.epsilon_budget:.2f} now spent)"
+    )
+    message = f"{spent} for a build that then failed; the charge stands (noise was drawn)"
+    if isinstance(exc, OSError):
+        raise ParameterError(f"{message}. The artifact was not written: {exc}") from None
+    err_console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
 
 def _void_reason(non_private, insecure_seed, dataset, void_budget) -> str | None:
