@@ -14,7 +14,7 @@ from typing import Any
 from transformers import LlavaOnevisionProcessor
 
 from dpmtv.errors import AdapterError
-from dpmtv.models.base import ModelAdapter
+from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
 
@@ -54,11 +54,10 @@ class ImageOnlyLlavaOnevisionProcessor(LlavaOnevisionProcessor):
 
 
 @register
-class LlavaOnevisionAdapter(ModelAdapter):
-    family = "llava_onevision"
+class LlavaOnevisionAdapter(GenericAdapter):
     display_name = "LLaVA-OneVision"
     model_types = ("llava_onevision",)
-    decoder_layers_path = "model.language_model.layers"
+    special_reason = "image-only processor: the stock processor requires a torchvision video processor"
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
