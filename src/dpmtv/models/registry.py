@@ -44,6 +44,10 @@ _ENCODER_DECODER = (
     "an encoder-decoder generator: the text decoder reads the image through cross-attention to an "
     "encoder, and the method patches a decoder-only language model's self-attention heads"
 )
+_HYBRID = (
+    "a hybrid decoder: its gated-DeltaNet linear-attention layers (three in four) have no "
+    "per-head outputs to read or patch"
+)
 REFUSED: dict[str, str] = {
     "florence2": _ENCODER_DECODER,
     "pix2struct": _ENCODER_DECODER,
@@ -56,6 +60,8 @@ REFUSED: dict[str, str] = {
     ),
     "evolla": "a protein-sequence + text model: its inputs are not images",
     "pi0": "a vision-language-action policy: it outputs robot actions, not text answers",
+    "qwen3_5": _HYBRID,
+    "qwen3_5_moe": _HYBRID,
 }
 
 

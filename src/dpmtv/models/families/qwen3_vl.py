@@ -1,6 +1,6 @@
-"""Qwen3-VL and Qwen3.5 (``Qwen3VLForConditionalGeneration``, ``Qwen3_5ForConditionalGeneration``):
-sites discovered; both use ``Qwen3VLProcessor``, whose stock class requires a torchvision video
-processor, so dpmtv loads an image-only subclass (see ``_image_only``)."""
+"""Qwen3-VL (``Qwen3VLForConditionalGeneration``): sites discovered; ``Qwen3VLProcessor``
+requires a torchvision video processor, so dpmtv loads an image-only subclass (see
+``_image_only``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
 @register
 class Qwen3VLAdapter(GenericAdapter):
     display_name = "Qwen3-VL"
-    model_types = ("qwen3_vl", "qwen3_5")
+    model_types = ("qwen3_vl",)
     special_reason = "image-only processor: the stock processor requires a torchvision video processor"
 
     @classmethod

@@ -1,8 +1,9 @@
-"""Tiny random-weight Qwen3.5: the Qwen3-VL vision tower + Qwen3.5's hybrid text model (gated
-DeltaNet linear-attention layers between full-attention layers).
+"""Tiny random-weight Qwen3.5: the Qwen3-VL vision tower + Qwen3.5's hybrid text model, whose
+layer 0 is a gated-DeltaNet linear-attention layer and layer 1 a full-attention layer (the real
+checkpoints repeat three linear layers and one full layer).
 
-Only full-attention layers have per-head outputs: dpmtv reads layers whose attention block has an
-output projection, so the tiny model uses full attention in every layer (``layer_types``).
+dpmtv refuses this family: linear-attention layers have no per-head outputs to read or patch.
+The builder exists so a test can show that refusal on the real layout.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from dpmtv.models.tiny.qwen3_vl import HEAD_DIM, ROPE, vision_config
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = qwen_tokenizer()
     text = text_config(tokenizer, "qwen3_5_text", head_dim=HEAD_DIM, rope_parameters=ROPE,
-                       layer_types=["full_attention"] * LAYERS)
+                       layer_types=["linear_attention", "full_attention"][:LAYERS],
+                       linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
+                       linear_value_head_dim=8)
     vision = vision_config()
     vision.pop("deepstack_visual_indexes")
     config = Qwen3_5Config(text_config=text, vision_config=vision, **qwen_token_ids(tokenizer))
