@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpmtv.errors import ModelError
+from dpmtv.errors import ModelError, UnsupportedModelError
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.registry import adapter_for
 
@@ -51,22 +51,69 @@ def resolve_model_path(name_or_path: str | Path) -> str:
     return str(name_or_path)
 
 
-def load_model(name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
-    """Load through ``AutoModelForImageTextToText`` and the family adapter's processor."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
+def load_model(
+    name_or_path: str | Path,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    adapter_spec: str | Path | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load through ``AutoModelForImageTextToText`` and the family's adapter, or, with
+    ``adapter_spec`` (a JSON file, see :mod:`dpmtv.models.spec`), through the spec's model class
+    and declarative adapter. ``trust_remote_code`` runs the checkpoint's own Python code; it is
+    never on unless the caller asks."""
     path = resolve_model_path(name_or_path)
     if not Path(path).exists() and "/" not in path:
         raise ModelError(f"model '{path}' is neither a local folder nor a hub id (owner/name)")
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc
+    if adapter_spec is not None:
+        return _load_with_spec(path, adapter_spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    from transformers import AutoModelForImageTextToText
+
+    config = _read_config(path, trust_remote_code)
     adapter_cls = adapter_for(config.model_type)
     processor = adapter_cls.load_processor(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=parse_dtype(dtype))
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=parse_dtype(dtype))
+    except ValueError as exc:
+        raise UnsupportedModelError(
+            f"model_type '{config.model_type}' at '{path}' is not an image-text-to-text model "
+            f"transformers can load ({exc}); for a remote-code checkpoint pass --adapter spec.json"
+        ) from exc
     model = model.to(device).eval()
     return LoadedModel(model, processor, adapter_cls(model, processor), path, _read_defaults(path))
+
+
+def _read_config(path: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        if not trust_remote_code and "trust_remote_code" in str(exc):
+            raise ModelError(
+                f"the checkpoint at '{path}' needs its own Python code (remote code), which dpmtv "
+                "runs only when asked: pass --adapter spec.json and --trust-remote-code "
+                "(trust_remote_code=True) if you trust its source"
+            ) from exc
+        raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc
+
+
+def _load_with_spec(path: str, spec_file: str | Path, *, dtype: str, device: str, trust_remote_code: bool) -> LoadedModel:
+    import transformers
+
+    from dpmtv.models.spec import SpecAdapter, load_spec
+
+    spec = load_spec(spec_file)
+    _read_config(path, trust_remote_code)
+    model_cls = getattr(transformers, spec.model_class, None)
+    if model_cls is None or not hasattr(model_cls, "from_pretrained"):
+        raise ModelError(f"adapter spec '{spec_file}': model_class '{spec.model_class}' is not a transformers Auto class")
+    model = model_cls.from_pretrained(path, dtype=parse_dtype(dtype), trust_remote_code=trust_remote_code)
+    processor_cls = transformers.AutoProcessor if spec.images.kind == "processor" else transformers.AutoTokenizer
+    processor = processor_cls.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model = model.to(device).eval()
+    return LoadedModel(model, processor, SpecAdapter(model, processor, spec), path, _read_defaults(path))
 
 
 def _read_defaults(path: str) -> dict:

@@ -1,0 +1,60 @@
+"""Remote-code checkpoints through declarative adapter specs: a Qwen-VL-style model (fused
+``c_attn``, ``c_proj``, ``transformer.h``) and a VILA-style LLaVA variant
+(``llm.model.layers[i].self_attn.o_proj``), each saved with ``auto_map`` and its modeling file in
+the folder and loaded offline with ``trust_remote_code=True``, pass the adapter contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpmtv.errors import ModelError
+from dpmtv.models.loading import load_model
+from tests.conftest import TEST_DEVICE
+from tests.models.contract import AdapterContract
+from tests.models.remote_code.build import QWEN_SPEC, VILA_SPEC, build_qwen_style, build_vila_style, write_spec
+
+
+class RemoteCodeContract(AdapterContract):
+    builder = staticmethod(build_qwen_style)
+    spec: dict
+
+    @pytest.fixture(scope="class")
+    def checkpoint(self, tmp_path_factory):
+        folder = tmp_path_factory.mktemp(self.family)
+        path = type(self).builder(folder / "model")
+        return path, write_spec(self.spec, folder / "spec.json")
+
+    @pytest.fixture(scope="class")
+    def loaded(self, checkpoint):
+        path, spec = checkpoint
+        return load_model(path, device=TEST_DEVICE, adapter_spec=spec, trust_remote_code=True)
+
+    def test_family_is_registered_for_its_model_type(self, loaded):
+        assert loaded.adapter.family == self.spec["name"]
+
+    def test_refused_without_trust_remote_code(self, checkpoint):
+        path, spec = checkpoint
+        with pytest.raises(ModelError, match="--trust-remote-code"):
+            load_model(path, adapter_spec=spec)
+
+    def test_refused_without_a_spec(self, checkpoint):
+        with pytest.raises(ModelError, match="--adapter spec.json"):
+            load_model(checkpoint[0])
+
+
+class TestQwenVLStyleSpec(RemoteCodeContract):
+    family = "qwen_style"
+    spec = QWEN_SPEC
+
+    def test_renders_numbered_pictures_with_pad_tokens(self, loaded, prompts):
+        text = loaded.adapter.render_text(prompts[1])
+        assert text.endswith(
+            "<|im_start|>user\nPicture 1: <img>" + "<imgpad>" * 4 + "</img>\n"
+            "Which colour is the big shape here?<|im_end|>\n<|im_start|>assistant\n"
+        )
+
+
+class TestVilaStyleSpec(RemoteCodeContract):
+    family = "vila_style"
+    builder = staticmethod(build_vila_style)
+    spec = VILA_SPEC
