@@ -11,7 +11,13 @@ from dpmtv.errors import ModelError
 from dpmtv.models.loading import load_model
 from tests.conftest import TEST_DEVICE
 from tests.models.contract import AdapterContract
-from tests.models.remote_code.build import QWEN_SPEC, VILA_SPEC, build_qwen_style, build_vila_style, write_spec
+from tests.models.remote_code.build import (
+    QWEN_SPEC,
+    VILA_SPEC,
+    build_qwen_style,
+    build_vila_style,
+    write_spec,
+)
 
 
 class RemoteCodeContract(AdapterContract):
@@ -58,3 +64,39 @@ class TestVilaStyleSpec(RemoteCodeContract):
     family = "vila_style"
     builder = staticmethod(build_vila_style)
     spec = VILA_SPEC
+
+
+def test_cli_adapter_and_trust_remote_code_options(tmp_path):
+    """``--adapter`` + ``--trust-remote-code`` reach the model loading of a command (here
+    ``dpmtv select``); without the flag the command stops with one clear line, exit code 2."""
+    from click.testing import CliRunner
+
+    from dpmtv.cli import main
+    from tests.selection.planted import write_public_records
+
+    model = build_qwen_style(tmp_path / "model")
+    spec = write_spec(QWEN_SPEC, tmp_path / "spec.json")
+    public = write_public_records(tmp_path / "public", 8)
+    args = [
+        "select",
+        "--model",
+        str(model),
+        "--adapter",
+        str(spec),
+        "--public-data",
+        str(public),
+        "--out",
+        str(tmp_path / "heads.json"),
+        "--shots",
+        "2",
+        "--method",
+        "scored",
+        "--k",
+        "2",
+        "--quiet",
+    ]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output
+    result = CliRunner().invoke(main, [*args, "--trust-remote-code"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "heads.json").is_file()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,25 @@ class LoadedModel:
         return self.defaults.get("patch_mode", "every-call")
 
 
+@dataclass(frozen=True)
+class RemoteCodeOptions:
+    adapter_spec: str | Path | None = None
+    trust_remote_code: bool = False
+
+
+_REMOTE_CODE_OPTIONS: ContextVar[RemoteCodeOptions | None] = ContextVar("dpmtv_remote_code", default=None)
+
+
+@contextmanager
+def remote_code_options(*, adapter_spec: str | Path | None, trust_remote_code: bool) -> Iterator[None]:
+    """Defaults for :func:`load_model`'s ``adapter_spec``/``trust_remote_code`` inside the block."""
+    token = _REMOTE_CODE_OPTIONS.set(RemoteCodeOptions(adapter_spec, trust_remote_code))
+    try:
+        yield
+    finally:
+        _REMOTE_CODE_OPTIONS.reset(token)
+
+
 def parse_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[name]
@@ -57,17 +79,23 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
     adapter_spec: str | Path | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: bool | None = None,
 ) -> LoadedModel:
     """Load through ``AutoModelForImageTextToText`` and the family's adapter, or, with
     ``adapter_spec`` (a JSON file, see :mod:`dpmtv.models.spec`), through the spec's model class
     and declarative adapter. ``trust_remote_code`` runs the checkpoint's own Python code; it is
-    never on unless the caller asks."""
+    never on unless the caller asks. Both default to the enclosing :func:`remote_code_options`
+    block (how the CLI's ``--adapter``/``--trust-remote-code`` reach every command)."""
+    defaults = _REMOTE_CODE_OPTIONS.get() or RemoteCodeOptions()
+    adapter_spec = defaults.adapter_spec if adapter_spec is None else adapter_spec
+    trust_remote_code = defaults.trust_remote_code if trust_remote_code is None else trust_remote_code
     path = resolve_model_path(name_or_path)
     if not Path(path).exists() and "/" not in path:
         raise ModelError(f"model '{path}' is neither a local folder nor a hub id (owner/name)")
     if adapter_spec is not None:
-        return _load_with_spec(path, adapter_spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        return _load_with_spec(
+            path, adapter_spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code
+        )
     from transformers import AutoModelForImageTextToText
 
     config = _read_config(path, trust_remote_code)
@@ -99,7 +127,9 @@ def _read_config(path: str, trust_remote_code: bool) -> Any:
         raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc
 
 
-def _load_with_spec(path: str, spec_file: str | Path, *, dtype: str, device: str, trust_remote_code: bool) -> LoadedModel:
+def _load_with_spec(
+    path: str, spec_file: str | Path, *, dtype: str, device: str, trust_remote_code: bool
+) -> LoadedModel:
     import transformers
 
     from dpmtv.models.spec import SpecAdapter, load_spec
@@ -108,9 +138,13 @@ def _load_with_spec(path: str, spec_file: str | Path, *, dtype: str, device: str
     _read_config(path, trust_remote_code)
     model_cls = getattr(transformers, spec.model_class, None)
     if model_cls is None or not hasattr(model_cls, "from_pretrained"):
-        raise ModelError(f"adapter spec '{spec_file}': model_class '{spec.model_class}' is not a transformers Auto class")
+        raise ModelError(
+            f"adapter spec '{spec_file}': model_class '{spec.model_class}' is not a transformers Auto class"
+        )
     model = model_cls.from_pretrained(path, dtype=parse_dtype(dtype), trust_remote_code=trust_remote_code)
-    processor_cls = transformers.AutoProcessor if spec.images.kind == "processor" else transformers.AutoTokenizer
+    processor_cls = (
+        transformers.AutoProcessor if spec.images.kind == "processor" else transformers.AutoTokenizer
+    )
     processor = processor_cls.from_pretrained(path, trust_remote_code=trust_remote_code)
     model = model.to(device).eval()
     return LoadedModel(model, processor, SpecAdapter(model, processor, spec), path, _read_defaults(path))

@@ -18,8 +18,9 @@ A spec is a small JSON file (``--adapter spec.json``)::
 ``layer_path`` names each layer's attention output projection (``{i}`` is the layer index); its
 input must be ``num_heads * head_dim`` wide, as for every adapter. The prompt templates take
 ``{images}`` (the example's images, each rendered with ``prompt.image``), ``{question}`` and
-``{answer}``; ``prompt.image`` takes ``{n}`` (the image's 1-based number in the prompt), ``{path}`` and ``{pad}`` (``images.pad_token`` repeated
-``images.pad_count`` times). ``images.kind`` says how images reach the model:
+``{answer}``; ``prompt.image`` takes ``{n}`` (the image's 1-based number in the prompt),
+``{path}`` and ``{pad}`` (``images.pad_token`` repeated ``images.pad_count`` times).
+``images.kind`` says how images reach the model:
 
 * ``processor`` — the checkpoint's ``AutoProcessor(text=..., images=...)``, one list per prompt;
 * ``pixel_values`` — resized to ``size`` px, scaled to [0, 1], normalised with ``mean``/``std``,
@@ -97,7 +98,9 @@ def load_spec(path: str | Path) -> AdapterSpec:
         spec = AdapterSpec(
             **{k: v for k, v in raw.items() if k not in ("prompt", "images")},
             prompt=PromptTemplate(**raw.get("prompt", {})),
-            images=ImageEncoding(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.get("images", {}).items()}),
+            images=ImageEncoding(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.get("images", {}).items()}
+            ),
         )
     except TypeError as exc:
         raise InputError(f"adapter spec '{file}': {exc} (see docs/design.md, 'Model adapters')") from exc
@@ -107,13 +110,17 @@ def load_spec(path: str | Path) -> AdapterSpec:
 
 def _check(spec: AdapterSpec, file: Path) -> None:
     if "{i}" not in spec.layer_path:
-        raise InputError(f"adapter spec '{file}': layer_path '{spec.layer_path}' has no '{{i}}' for the layer index")
+        raise InputError(
+            f"adapter spec '{file}': layer_path '{spec.layer_path}' has no '{{i}}' for the layer index"
+        )
     if spec.images.kind not in IMAGE_KINDS:
         raise InputError(
             f"adapter spec '{file}': images.kind '{spec.images.kind}' is not one of {', '.join(IMAGE_KINDS)}"
         )
     if "{path}" in spec.prompt.image and spec.images.kind != "file_path":
-        raise InputError(f"adapter spec '{file}': prompt.image uses {{path}} but images.kind is '{spec.images.kind}'")
+        raise InputError(
+            f"adapter spec '{file}': prompt.image uses {{path}} but images.kind is '{spec.images.kind}'"
+        )
 
 
 def config_value(config: Any, key: int | str, spec_name: str) -> int:
@@ -169,6 +176,13 @@ class SpecAdapter(ModelAdapter):
         return getattr(self.processor, "tokenizer", self.processor)
 
     def render_text(self, prompt: Prompt, image_paths: Sequence[str] = ()) -> str:
+        return self._render(prompt, None, image_paths)
+
+    def render_with_answer(self, prompt: Prompt, answer: str) -> str:
+        """The query written as one more demonstration, with ``answer``."""
+        return self._render(prompt, answer, ())
+
+    def _render(self, prompt: Prompt, answer: str | None, image_paths: Sequence[str]) -> str:
         template, paths, numbers = self.spec.prompt, iter(image_paths), itertools.count(1)
         pad = self.spec.images.pad_token * self.spec.images.pad_count
 
@@ -179,9 +193,12 @@ class SpecAdapter(ModelAdapter):
 
         parts = [template.prefix]
         for demo in prompt.demonstrations:
-            parts.append(template.demonstration.format(images=images(demo), question=demo.question, answer=demo.answer))
+            parts.append(
+                template.demonstration.format(images=images(demo), question=demo.question, answer=demo.answer)
+            )
         query = prompt.query
-        parts.append(template.query.format(images=images(query), question=query.question))
+        last = template.query if answer is None else template.demonstration
+        parts.append(last.format(images=images(query), question=query.question, answer=answer))
         return "".join(parts)
 
     def encode(self, prompts: Sequence[Prompt]) -> dict[str, torch.Tensor]:
@@ -194,7 +211,9 @@ class SpecAdapter(ModelAdapter):
             texts = [self.render_text(p, _write_images(p, folder, row)) for row, p in enumerate(prompts)]
             batch = dict(self.tokenizer(texts, padding=True, return_tensors="pt"))
         else:
-            batch = dict(self.tokenizer([self.render_text(p) for p in prompts], padding=True, return_tensors="pt"))
+            batch = dict(
+                self.tokenizer([self.render_text(p) for p in prompts], padding=True, return_tensors="pt")
+            )
             images = [image for prompt in prompts for image in prompt.all_images()]
             if images:
                 batch[self.spec.images.input_name] = self._pixel_values(images)

@@ -28,13 +28,21 @@ QWEN_SPEC = {
     "head_dim": "kv_channels",
     "prompt": {
         "prefix": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n",
-        "demonstration": "<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n",
+        "demonstration": (
+            "<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n"
+        ),
         "query": "<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n",
         "image": "Picture {n}: <img>{pad}</img>\n",
     },
-    "images": {"kind": "pixel_values", "input_name": "images", "size": IMAGE_SIZE,
-               "mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711],
-               "pad_token": "<imgpad>", "pad_count": IMAGE_TOKENS_PER_IMAGE},
+    "images": {
+        "kind": "pixel_values",
+        "input_name": "images",
+        "size": IMAGE_SIZE,
+        "mean": [0.48145466, 0.4578275, 0.40821073],
+        "std": [0.26862954, 0.26130258, 0.27577711],
+        "pad_token": "<imgpad>",
+        "pad_count": IMAGE_TOKENS_PER_IMAGE,
+    },
 }
 
 VILA_SPEC = {
@@ -50,32 +58,48 @@ VILA_SPEC = {
         "query": "USER: {images}{question} ASSISTANT:",
         "image": "{pad}\n",
     },
-    "images": {"kind": "pixel_values", "input_name": "images", "size": IMAGE_SIZE,
-               "pad_token": "<image>", "pad_count": IMAGE_TOKENS_PER_IMAGE},
+    "images": {
+        "kind": "pixel_values",
+        "input_name": "images",
+        "size": IMAGE_SIZE,
+        "pad_token": "<image>",
+        "pad_count": IMAGE_TOKENS_PER_IMAGE,
+    },
 }
 
 
 def build_qwen_style(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
         special_tokens=["<|im_start|>", "<|im_end|>", "<img>", "</img>", "<imgpad>"],
-        bos_token=None, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+        bos_token=None,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
     )
     config = QWenStyleConfig(
-        vocab_size=len(tokenizer), visual={"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE},
+        vocab_size=len(tokenizer),
+        visual={"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE},
         image_pad_id=tokenizer.convert_tokens_to_ids("<imgpad>"),
     )
     return _save(QWenStyleLMHeadModel, config, tokenizer, "qwen_style", out_dir, seed)
 
 
 def build_vila_style(out_dir: Path, *, seed: int = 0) -> Path:
-    tokenizer = char_tokenizer(special_tokens=["<image>"], bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tokenizer = char_tokenizer(
+        special_tokens=["<image>"], bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
     llm_cfg = {
-        "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
         "pad_token_id": tokenizer.pad_token_id,
     }
     config = VilaStyleConfig(
-        llm_cfg=llm_cfg, vision={"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, "hidden_size": 16},
+        llm_cfg=llm_cfg,
+        vision={"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, "hidden_size": 16},
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
     )
     return _save(LlavaLlamaModel, config, tokenizer, "vila_style", out_dir, seed)

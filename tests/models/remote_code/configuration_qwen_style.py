@@ -7,9 +7,19 @@ from transformers import PretrainedConfig
 class QWenStyleConfig(PretrainedConfig):
     model_type = "qwen_style"
 
-    def __init__(self, vocab_size=128, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
-                 kv_channels=16, intermediate_size=64, max_position_embeddings=2048, visual=None,
-                 image_pad_id=0, **kwargs):
+    def __init__(
+        self,
+        vocab_size=128,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        kv_channels=16,
+        intermediate_size=64,
+        max_position_embeddings=2048,
+        visual=None,
+        image_pad_id=0,
+        **kwargs,
+    ):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_attention_heads = num_attention_heads

@@ -23,7 +23,9 @@ class QWenAttention(nn.Module):
     def forward(self, hidden, allowed):  # hidden (B, T, D); allowed (B, 1, T, T) bool
         batch, length, _ = hidden.shape
         query, key, value = self.c_attn(hidden).split(self.projection_size, dim=-1)
-        heads = [t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2) for t in (query, key, value)]
+        heads = [
+            t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2) for t in (query, key, value)
+        ]
         out = F.scaled_dot_product_attention(*heads, attn_mask=allowed)  # (B, H, T, d)
         return self.c_proj(out.transpose(1, 2).reshape(batch, length, self.projection_size))
 
@@ -96,7 +98,9 @@ class QWenStyleLMHeadModel(PreTrainedModel):
         length = input_ids.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
         # Real tokens see earlier real tokens; every position sees itself (no empty rows).
-        allowed = (causal & mask.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool, device=input_ids.device)
+        allowed = (causal & mask.bool()[:, None, None, :]) | torch.eye(
+            length, dtype=torch.bool, device=input_ids.device
+        )
         for block in self.transformer.h:
             hidden = block(hidden, allowed)
         return CausalLMOutputWithPast(logits=self.lm_head(self.transformer.ln_f(hidden)))

@@ -14,10 +14,16 @@ from dpmtv.models.registry import register
 
 
 class ImageOnlyInternVLProcessor(InternVLProcessor):
-    def __init__(self, image_processor=None, tokenizer=None, image_seq_length=256, chat_template=None, **kwargs):
+    def __init__(
+        self, image_processor=None, tokenizer=None, image_seq_length=256, chat_template=None, **kwargs
+    ):
         super().__init__(
-            image_processor, tokenizer, None, image_seq_length=image_seq_length,
-            chat_template=chat_template, **kwargs,
+            image_processor,
+            tokenizer,
+            None,
+            image_seq_length=image_seq_length,
+            chat_template=chat_template,
+            **kwargs,
         )
 
     def to_dict(self) -> dict[str, Any]:

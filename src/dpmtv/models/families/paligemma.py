@@ -25,3 +25,8 @@ class PaliGemmaAdapter(GenericAdapter):
         images = self.processor.image_token * len(prompt.all_images())
         lines = [f"{demo.question} {demo.answer}" for demo in prompt.demonstrations]
         return images + "\n".join([*lines, prompt.query.question])
+
+    def render_with_answer(self, prompt: Prompt, answer: str) -> str:
+        if getattr(self.processor, "chat_template", None):
+            return super().render_with_answer(prompt, answer)
+        return f"{self.render_text(prompt)}\n{answer}"  # the processor ends the prefix with \n

@@ -14,10 +14,16 @@ HIDDEN, HEADS, LAYERS = 32, 4, 2
 def text_config(tokenizer: Any, model_type: str, **overrides: Any) -> dict:
     """A two-layer, four-head decoder config of ``model_type`` for ``tokenizer``'s vocabulary."""
     config = {
-        "model_type": model_type, "vocab_size": len(tokenizer), "hidden_size": HIDDEN,
-        "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "model_type": model_type,
+        "vocab_size": len(tokenizer),
+        "hidden_size": HIDDEN,
+        "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
     config.update(overrides)
@@ -26,16 +32,27 @@ def text_config(tokenizer: Any, model_type: str, **overrides: Any) -> dict:
 
 def vision_config(model_type: str, image_size: int, patch_size: int, **overrides: Any) -> dict:
     config = {
-        "model_type": model_type, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": image_size,
+        "model_type": model_type,
+        "hidden_size": HIDDEN,
+        "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": image_size,
         "patch_size": patch_size,
     }
     config.update(overrides)
     return config
 
 
-def save(model_cls: type, config: Any, processor: Any, out_dir: Path, *, seed: int,
-         eos_token_ids: list[int] | None = None) -> Path:
+def save(
+    model_cls: type,
+    config: Any,
+    processor: Any,
+    out_dir: Path,
+    *,
+    seed: int,
+    eos_token_ids: list[int] | None = None,
+) -> Path:
     """Build the random-weight model, then save model and processor with ``save_pretrained``."""
     torch.manual_seed(seed)
     model = model_cls(config).eval()

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
+from transformers import (
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    Gemma3ImageProcessorPil,
+    Gemma3Processor,
+)
 
 from dpmtv.models.tiny._common import save, text_config, vision_config
 from dpmtv.models.tiny._tokenizer import char_tokenizer
@@ -25,25 +30,41 @@ CHAT_TEMPLATE = (
     "{{ '<end_of_turn>\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
-IMAGE_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                "image_token": "<image_soft_token>"}
+IMAGE_TOKENS = {
+    "boi_token": "<start_of_image>",
+    "eoi_token": "<end_of_image>",
+    "image_token": "<image_soft_token>",
+}
 
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
         special_tokens=["<start_of_turn>", "<end_of_turn>", *IMAGE_TOKENS.values()],
-        bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", extra_special_tokens=IMAGE_TOKENS,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        extra_special_tokens=IMAGE_TOKENS,
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
         text_config=text_config(tokenizer, "gemma3_text", head_dim=16, sliding_window=64),
         vision_config=vision_config("siglip_vision_model", IMAGE_SIZE, PATCH_SIZE),
-        mm_tokens_per_image=IMAGE_SEQ_LEN, boi_token_index=ids("<start_of_image>"),
-        eoi_token_index=ids("<end_of_image>"), image_token_index=ids("<image_soft_token>"),
+        mm_tokens_per_image=IMAGE_SEQ_LEN,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
     )
     processor = Gemma3Processor(
         image_processor=Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}),
-        tokenizer=tokenizer, image_seq_length=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE,
+        tokenizer=tokenizer,
+        image_seq_length=IMAGE_SEQ_LEN,
+        chat_template=CHAT_TEMPLATE,
     )
-    return save(Gemma3ForConditionalGeneration, config, processor, out_dir, seed=seed,
-                eos_token_ids=[tokenizer.eos_token_id, ids("<end_of_turn>")])
+    return save(
+        Gemma3ForConditionalGeneration,
+        config,
+        processor,
+        out_dir,
+        seed=seed,
+        eos_token_ids=[tokenizer.eos_token_id, ids("<end_of_turn>")],
+    )

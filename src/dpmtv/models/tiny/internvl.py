@@ -15,8 +15,12 @@ from dpmtv.models.tiny._common import save, text_config, vision_config
 from dpmtv.models.tiny._tokenizer import char_tokenizer
 
 IMAGE_SIZE, PATCH_SIZE, IMAGE_SEQ_LEN = 16, 4, 4
-IMAGE_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>",
-                "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"}
+IMAGE_TOKENS = {
+    "start_image_token": "<img>",
+    "end_image_token": "</img>",
+    "context_image_token": "<IMG_CONTEXT>",
+    "video_token": "<video>",
+}
 
 # OpenGVLab/InternVL3-1B-hf's template, shortened to the parts dpmtv's prompts use.
 CHAT_TEMPLATE = (
@@ -30,19 +34,25 @@ CHAT_TEMPLATE = (
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
-        special_tokens=["<|im_start|>", "<|im_end|>", *IMAGE_TOKENS.values()], bos_token=None,
-        eos_token="<|im_end|>", pad_token="<|endoftext|>", extra_special_tokens=IMAGE_TOKENS,
+        special_tokens=["<|im_start|>", "<|im_end|>", *IMAGE_TOKENS.values()],
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=IMAGE_TOKENS,
     )
     config = InternVLConfig(
         vision_config=vision_config("internvl_vision", [IMAGE_SIZE, IMAGE_SIZE], [PATCH_SIZE, PATCH_SIZE]),
         text_config=text_config(tokenizer, "qwen2"),
-        image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"), downsample_ratio=0.5,
+        image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"),
+        downsample_ratio=0.5,
     )
     image_processor = GotOcr2ImageProcessorPil(
         size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, crop_to_patches=False
     )
     processor = ImageOnlyInternVLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, image_seq_length=IMAGE_SEQ_LEN,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_length=IMAGE_SEQ_LEN,
         chat_template=CHAT_TEMPLATE,
     )
     return save(InternVLForConditionalGeneration, config, processor, out_dir, seed=seed)

@@ -32,22 +32,30 @@ CHAT_TEMPLATE = (
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
-        special_tokens=["<image>"], bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        special_tokens=["<image>"],
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"},
     )
     config = LlavaNextConfig(
         vision_config=vision_config("clip_vision_model", TILE, PATCH_SIZE),
         text_config=text_config(tokenizer, "mistral"),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-        image_grid_pinpoints=GRID_PINPOINTS, vision_feature_select_strategy="default",
+        image_grid_pinpoints=GRID_PINPOINTS,
+        vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
     processor = LlavaNextProcessor(
         image_processor=LlavaNextImageProcessorPil(
-            size={"shortest_edge": TILE}, crop_size={"height": TILE, "width": TILE},
+            size={"shortest_edge": TILE},
+            crop_size={"height": TILE, "width": TILE},
             image_grid_pinpoints=GRID_PINPOINTS,
         ),
-        tokenizer=tokenizer, patch_size=PATCH_SIZE, vision_feature_select_strategy="default",
-        num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=CHAT_TEMPLATE,
     )
     return save(LlavaNextForConditionalGeneration, config, processor, out_dir, seed=seed)

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor, SiglipImageProcessorPil
+from transformers import (
+    PaliGemmaConfig,
+    PaliGemmaForConditionalGeneration,
+    PaliGemmaProcessor,
+    SiglipImageProcessorPil,
+)
 
 from dpmtv.models.tiny._common import save, text_config, vision_config
 from dpmtv.models.tiny._tokenizer import char_tokenizer
@@ -20,7 +25,10 @@ IMAGE_SEQ_LEN = (IMAGE_SIZE // PATCH_SIZE) ** 2
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
-        special_tokens=["<image>"], bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        special_tokens=["<image>"],
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"},
     )
     image_processor = SiglipImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
@@ -30,6 +38,7 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     config = PaliGemmaConfig(
         vision_config=vision_config("siglip_vision_model", IMAGE_SIZE, PATCH_SIZE),
         text_config=text_config(tokenizer, "gemma", head_dim=8),
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), projection_dim=32,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        projection_dim=32,
     )
     return save(PaliGemmaForConditionalGeneration, config, processor, out_dir, seed=seed)

@@ -20,15 +20,28 @@ from dpmtv.models.tiny.qwen3_vl import HEAD_DIM, ROPE, vision_config
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = qwen_tokenizer()
-    text = text_config(tokenizer, "qwen3_5_text", head_dim=HEAD_DIM, rope_parameters=ROPE,
-                       layer_types=["linear_attention", "full_attention"][:LAYERS],
-                       linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
-                       linear_value_head_dim=8)
+    text = text_config(
+        tokenizer,
+        "qwen3_5_text",
+        head_dim=HEAD_DIM,
+        rope_parameters=ROPE,
+        layer_types=["linear_attention", "full_attention"][:LAYERS],
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+    )
     vision = vision_config()
     vision.pop("deepstack_visual_indexes")
     config = Qwen3_5Config(text_config=text, vision_config=vision, **qwen_token_ids(tokenizer))
     processor = ImageOnlyQwen3VLProcessor(
         image_processor=qwen_image_processor(), tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
-    return save(Qwen3_5ForConditionalGeneration, config, processor, out_dir, seed=seed,
-                eos_token_ids=[tokenizer.eos_token_id, tokenizer.pad_token_id])
+    return save(
+        Qwen3_5ForConditionalGeneration,
+        config,
+        processor,
+        out_dir,
+        seed=seed,
+        eos_token_ids=[tokenizer.eos_token_id, tokenizer.pad_token_id],
+    )

@@ -30,9 +30,15 @@ ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [2, 3, 3], "
 
 def vision_config() -> dict:
     return dict(
-        depth=2, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_heads=2,
-        out_hidden_size=HIDDEN, patch_size=PATCH_SIZE, spatial_merge_size=MERGE_SIZE,
-        temporal_patch_size=TEMPORAL_PATCH_SIZE, num_position_embeddings=16,
+        depth=2,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_heads=2,
+        out_hidden_size=HIDDEN,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
+        temporal_patch_size=TEMPORAL_PATCH_SIZE,
+        num_position_embeddings=16,
         deepstack_visual_indexes=[0],
     )
 
@@ -41,10 +47,17 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = qwen_tokenizer()
     config = Qwen3VLConfig(
         text_config=text_config(tokenizer, "qwen3_vl_text", head_dim=HEAD_DIM, rope_parameters=ROPE),
-        vision_config=vision_config(), **qwen_token_ids(tokenizer),
+        vision_config=vision_config(),
+        **qwen_token_ids(tokenizer),
     )
     processor = ImageOnlyQwen3VLProcessor(
         image_processor=qwen_image_processor(), tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
-    return save(Qwen3VLForConditionalGeneration, config, processor, out_dir, seed=seed,
-                eos_token_ids=[tokenizer.eos_token_id, tokenizer.pad_token_id])
+    return save(
+        Qwen3VLForConditionalGeneration,
+        config,
+        processor,
+        out_dir,
+        seed=seed,
+        eos_token_ids=[tokenizer.eos_token_id, tokenizer.pad_token_id],
+    )

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import CLIPImageProcessorPil, LlavaProcessor, VipLlavaConfig, VipLlavaForConditionalGeneration
+from transformers import (
+    CLIPImageProcessorPil,
+    LlavaProcessor,
+    VipLlavaConfig,
+    VipLlavaForConditionalGeneration,
+)
 
 from dpmtv.models.tiny._common import save, text_config, vision_config
 from dpmtv.models.tiny._tokenizer import char_tokenizer
@@ -15,7 +20,10 @@ IMAGE_SIZE, PATCH_SIZE = 16, 8
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
     tokenizer = char_tokenizer(
-        special_tokens=["<image>"], bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        special_tokens=["<image>"],
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"},
     )
     config = VipLlavaConfig(
@@ -28,7 +36,10 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         image_processor=CLIPImageProcessorPil(
             size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
         ),
-        tokenizer=tokenizer, patch_size=PATCH_SIZE, vision_feature_select_strategy="default",
-        num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=CHAT_TEMPLATE,
     )
     return save(VipLlavaForConditionalGeneration, config, processor, out_dir, seed=seed)
