@@ -30,13 +30,11 @@ GENERIC_FAMILIES: dict[str, str] = {
     "idefics2": "Idefics2",
     "idefics3": "Idefics3",
     "internvl": "InternVL",
-    "lighton_ocr": "LightOnOCR",
     "llama4": "Llama 4",
     "llava": "LLaVA",
     "llava_next": "LLaVA-NeXT",
     "mistral3": "Mistral 3",
-    "paligemma": "PaliGemma",
-    "shieldgemma2": "ShieldGemma 2",
+    "mllama": "Llama 3.2 Vision (Mllama)",
     "vipllava": "VipLLaVA",
 }
 
