@@ -8,7 +8,7 @@ Discovery, in order (each step's failure is an :class:`~dpmtv.errors.AdapterErro
    method does not patch, and MTV is defined for decoder-only VLMs);
 2. the decoder module: ``model.get_decoder()`` (transformers' own lookup), its path recovered from
    ``model.named_modules()`` so messages and metadata name it;
-3. the layer list: the decoder's ``nn.ModuleList`` with ``num_hidden_layers`` entries;
+3. the layer list: the decoder's shallowest ``nn.ModuleList`` with ``num_hidden_layers`` entries;
 4. per layer, the attention block (``self_attn``, ``attn``, ``attention``, ``self_attention``, or
    ``cross_attn`` for cross-attention layers) and its output projection (``o_proj``,
    ``out_proj``, ``c_proj``, ``dense``, ``wo``);
@@ -59,13 +59,14 @@ def find_decoder_layers(model: nn.Module, num_layers: int, family: str) -> tuple
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     names = {id(module): name for name, module in model.named_modules()}
     prefix = names.get(id(decoder), "")
-    candidates = [
-        (name, module)
-        for name, module in decoder.named_children()
-        if isinstance(module, nn.ModuleList) and len(module) == num_layers
-    ]
+    # The shallowest module list of the right length (Llama 4 nests it one level deeper, in a
+    # causal-LM wrapper's ``model``).
+    lists = [(n, m) for n, m in decoder.named_modules() if isinstance(m, nn.ModuleList) and n]
+    sized = [(n, m) for n, m in lists if len(m) == num_layers]
+    depth = min((n.count(".") for n, _ in sized), default=0)
+    candidates = [(n, m) for n, m in sized if n.count(".") == depth]
     if len(candidates) != 1:
-        found = [f"{n} ({len(m)})" for n, m in decoder.named_children() if isinstance(m, nn.ModuleList)]
+        found = [f"{n} ({len(m)})" for n, m in lists]
         raise AdapterError(
             f"{family}: cannot find the text decoder's layer list on {type(decoder).__name__} "
             f"(expected one module list of num_hidden_layers={num_layers} layers; found "

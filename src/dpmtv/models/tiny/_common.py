@@ -62,3 +62,10 @@ def save(
     model.save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
     return out_dir
+
+
+def save_model_only(model: Any, tokenizer: Any, out_dir: Path) -> Path:
+    """For families whose processor cannot be built here: model and tokenizer only."""
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
