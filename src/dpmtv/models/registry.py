@@ -26,6 +26,7 @@ _SPECIAL: dict[str, type[ModelAdapter]] = {}
 # Families the contract suite runs on through the generic adapter (model_type -> display name).
 GENERIC_FAMILIES: dict[str, str] = {
     "aya_vision": "Aya Vision",
+    "deepseek_vl": "DeepSeek-VL",
     "gemma3": "Gemma 3",
     "idefics2": "Idefics2",
     "idefics3": "Idefics3",
@@ -35,6 +36,7 @@ GENERIC_FAMILIES: dict[str, str] = {
     "llava_next": "LLaVA-NeXT",
     "mistral3": "Mistral 3",
     "mllama": "Llama 3.2 Vision (Mllama)",
+    "qianfan_ocr": "Qianfan-OCR",
     "vipllava": "VipLLaVA",
 }
 
