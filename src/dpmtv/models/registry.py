@@ -60,6 +60,10 @@ REFUSED: dict[str, str] = {
     ),
     "evolla": "a protein-sequence + text model: its inputs are not images",
     "pi0": "a vision-language-action policy: it outputs robot actions, not text answers",
+    "shieldgemma2": (
+        "an image-safety classifier: its processor writes one fixed policy prompt per image and "
+        "takes no question or answer text, so a many-shot prompt cannot be written"
+    ),
     "qwen3_5": _HYBRID,
     "qwen3_5_moe": _HYBRID,
 }
