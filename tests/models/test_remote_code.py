@@ -100,3 +100,25 @@ def test_cli_adapter_and_trust_remote_code_options(tmp_path):
     result = CliRunner().invoke(main, [*args, "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "heads.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["qwen-vl-chat.json", "vila.json"])
+def test_shipped_example_specs_are_valid(name):
+    from pathlib import Path
+
+    from dpmtv.models.spec import load_spec
+
+    spec = load_spec(Path(__file__).parents[2] / "docs" / "adapters" / name)
+    assert "{i}" in spec.layer_path and "not yet run on real weights" in spec.note
+
+
+def test_a_bad_spec_names_the_file_and_field(tmp_path):
+    from dpmtv.errors import InputError
+    from dpmtv.models.spec import load_spec
+
+    bad = write_spec({**QWEN_SPEC, "images": {"kind": "video"}}, tmp_path / "bad.json")
+    with pytest.raises(InputError, match="bad.json.*images.kind 'video' is not one of"):
+        load_spec(bad)
+    typo = write_spec({**QWEN_SPEC, "layer_pth": "x"}, tmp_path / "typo.json")
+    with pytest.raises(InputError, match="typo.json.*layer_pth"):
+        load_spec(typo)
