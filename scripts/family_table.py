@@ -57,20 +57,31 @@ def contract_cell(model_type: str, counts: dict[str, int] | None) -> str:
 
 def render(results: dict[str, dict[str, int]]) -> str:
     types = sorted(set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES) | set(known_model_types()))
-    rows = ["| family | `model_type` | adapter | why | contract on tiny random weights |", "|---|---|---|---|---|"]
+    rows = [
+        "| family | `model_type` | adapter | why | contract on tiny random weights |",
+        "|---|---|---|---|---|",
+    ]
     untested = []
     for model_type in types:
         entry = family_entry(model_type)
         if entry.status == "untested":
             untested.append(f"`{model_type}`")
             continue
-        why = entry.reason if entry.status != "generic" else "sites and geometry discovered; own chat template"
+        why = (
+            entry.reason if entry.status != "generic" else "sites and geometry discovered; own chat template"
+        )
         cell = contract_cell(model_type, results.get(f"test_{model_type}"))
         rows.append(f"| {entry.display_name} | `{model_type}` | {entry.status} | {why} | {cell} |")
     for test_class, (name, spec) in REMOTE_CODE.items():
         counts = results.get(test_class)
-        cell = "not run" if counts is None else contract_cell("", counts).replace("contract passed", "contract passed (style fixture)")
-        rows.append(f"| {name} | — | spec `{spec}` | remote code: `--adapter` + `--trust-remote-code` | {cell} |")
+        cell = (
+            "not run"
+            if counts is None
+            else contract_cell("", counts).replace("contract passed", "contract passed (style fixture)")
+        )
+        rows.append(
+            f"| {name} | — | spec `{spec}` | remote code: `--adapter` + `--trust-remote-code` | {cell} |"
+        )
     note = (
         f"\nNot yet tested ({len(untested)}; generic discovery is attempted at load, and a failing step "
         f"is a clear refusal): {', '.join(untested)}.\n"

@@ -27,7 +27,9 @@ class ModelOnlyContract:
     @pytest.fixture(scope="class")
     def input_ids(self, adapter):
         generator = torch.Generator().manual_seed(0)
-        return torch.randint(10, adapter.model.config.get_text_config().vocab_size, (2, 12), generator=generator)
+        return torch.randint(
+            10, adapter.model.config.get_text_config().vocab_size, (2, 12), generator=generator
+        )
 
     def _forward(self, adapter, input_ids):
         return adapter.model(input_ids=input_ids)

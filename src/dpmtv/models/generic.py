@@ -112,6 +112,10 @@ class GenericAdapter(ModelAdapter):
         super().__init__(model, processor)
 
     @classmethod
+    def text_config(cls, config: Any) -> Any:
+        return decoder_config(config)
+
+    @classmethod
     def head_geometry(cls, config: Any) -> HeadGeometry:
         return geometry_from_text_config(decoder_config(config))
 

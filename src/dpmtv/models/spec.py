@@ -147,6 +147,11 @@ class SpecAdapter(ModelAdapter):
         self.family = self.display_name = spec.name
         super().__init__(model, processor)
 
+    @classmethod
+    def text_config(cls, config: Any) -> Any:
+        """The top-level config (remote-code configs need not nest a text config)."""
+        return config
+
     def head_geometry(self, config: Any) -> HeadGeometry:  # type: ignore[override]
         spec, name = self.spec, self.spec.name
         num_heads = config_value(config, spec.num_heads, name)

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import LlavaOnevisionProcessor
 
-from dpmtv.errors import AdapterError
+from dpmtv.models.families._image_only import load_image_only
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
@@ -61,10 +61,4 @@ class LlavaOnevisionAdapter(GenericAdapter):
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
-        processor = ImageOnlyLlavaOnevisionProcessor.from_pretrained(path)
-        if not processor.chat_template:
-            raise AdapterError(
-                f"{cls.display_name}: no chat template found in '{path}' (chat_template.jinja, "
-                "chat_template.json or the tokenizer config); add the checkpoint's template"
-            )
-        return processor
+        return load_image_only(ImageOnlyLlavaOnevisionProcessor, path, cls.display_name)

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
 
-from dpmtv.errors import AdapterError
+from dpmtv.models.families._image_only import load_image_only
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
@@ -46,13 +46,7 @@ class _QwenVLAdapter(GenericAdapter):
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
-        processor = cls.processor_cls.from_pretrained(path)
-        if not processor.chat_template:
-            raise AdapterError(
-                f"{cls.display_name}: no chat template found in '{path}' (chat_template.jinja, "
-                "chat_template.json or the tokenizer config); add the checkpoint's template"
-            )
-        return processor
+        return load_image_only(cls.processor_cls, path, cls.display_name)
 
 
 @register

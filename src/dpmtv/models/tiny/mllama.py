@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessorPil, MllamaProcessor
+from transformers import (
+    MllamaConfig,
+    MllamaForConditionalGeneration,
+    MllamaImageProcessorPil,
+    MllamaProcessor,
+)
 
 from dpmtv.models.tiny._common import HIDDEN, save, text_config
 from dpmtv.models.tiny._tokenizer import char_tokenizer

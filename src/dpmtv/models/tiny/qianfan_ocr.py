@@ -48,7 +48,9 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         downsample_ratio=0.5,
     )
     processor = QianfanOCRProcessor(
-        image_processor=GotOcr2ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, crop_to_patches=False),
+        image_processor=GotOcr2ImageProcessorPil(
+            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, crop_to_patches=False
+        ),
         tokenizer=tokenizer,
         image_seq_length=IMAGE_SEQ_LEN,
         chat_template=CHAT_TEMPLATE,

@@ -34,6 +34,9 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
     )
     processor = ImageOnlyVideoLlavaProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, patch_size=PATCH_SIZE, chat_template=CHAT_TEMPLATE
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        chat_template=CHAT_TEMPLATE,
     )
     return save(VideoLlavaForConditionalGeneration, config, processor, out_dir, seed=seed)
