@@ -39,12 +39,10 @@ def test_encoder_decoder_configs_are_refused_by_discovery():
         decoder_config(T5Config())
 
 
-def test_a_decoder_without_attention_projections_is_refused_naming_the_layer(tmp_path):
+def test_a_decoder_without_attention_projections_is_refused_naming_the_layer(tiny_llava_path):
     """A model whose layers have no attention output projection (here: renamed away) gets a
     refusal that names the layer and what was looked for, not a traceback from deep inside."""
-    from dpmtv.models.tiny import build_tiny_checkpoint
-
-    model = AutoModelForImageTextToText.from_pretrained(build_tiny_checkpoint("llava", tmp_path))
+    model = AutoModelForImageTextToText.from_pretrained(tiny_llava_path)
     for layer in model.model.language_model.layers:
         layer.mixer = layer.self_attn
         del layer.self_attn
@@ -52,10 +50,8 @@ def test_a_decoder_without_attention_projections_is_refused_naming_the_layer(tmp
         GenericAdapter(model, processor=None)
 
 
-def test_a_head_dim_that_does_not_split_the_projection_is_refused(tmp_path):
-    from dpmtv.models.tiny import build_tiny_checkpoint
-
-    model = AutoModelForImageTextToText.from_pretrained(build_tiny_checkpoint("llava", tmp_path))
+def test_a_head_dim_that_does_not_split_the_projection_is_refused(tiny_llava_path):
+    model = AutoModelForImageTextToText.from_pretrained(tiny_llava_path)
     model.config.text_config.head_dim = 7  # explicit head_dim wins, and 4*7 != 64
     with pytest.raises(AdapterError, match=r"expected num_heads\*head_dim = 4\*7 = 28"):
         GenericAdapter(model, processor=None)
