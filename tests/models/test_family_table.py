@@ -8,8 +8,10 @@ JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.models.test_gemma3.TestGemma3Adapter" name="test_sites_resolve_one_per_layer"/>
 <testcase classname="tests.models.test_llava.TestLlavaAdapter" name="test_sites_resolve_one_per_layer">
 <failure message="boom"/></testcase>
-<testcase classname="tests.models.test_registry" name="test_refused_families_raise_with_their_reason[florence2]"/>
-<testcase classname="tests.models.test_remote_code.TestVilaStyleSpec" name="test_sites_resolve_one_per_layer"/>
+<testcase classname="tests.models.test_registry"
+ name="test_refused_families_raise_with_their_reason[florence2]"/>
+<testcase classname="tests.models.test_remote_code.TestVilaStyleSpec"
+ name="test_sites_resolve_one_per_layer"/>
 </testsuite></testsuites>"""
 
 
@@ -28,7 +30,8 @@ def test_table_rows_come_from_registry_and_results(tmp_path):
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
     assert "| Gemma 3 | `gemma3` | generic |" in text and "contract passed (1) |" in text
-    assert "| LLaVA | `llava` | generic | sites and geometry discovered; own chat template | **FAILED** (1 of 1) |" in text
+    llava = "| LLaVA | `llava` | generic | sites and geometry discovered; own chat template |"
+    assert llava + " **FAILED** (1 of 1) |" in text
     assert "| florence2 | `florence2` | refused | an encoder-decoder generator" in text
     assert "refusal tested (1)" in text and "| VILA (remote code) |" in text
     assert "| Qwen2-VL | `qwen2_vl` | special-cased | image-only processor" in text and "not run" in text

@@ -55,3 +55,10 @@ def test_a_head_dim_that_does_not_split_the_projection_is_refused(tiny_llava_pat
     model.config.text_config.head_dim = 7  # explicit head_dim wins, and 4*7 != 64
     with pytest.raises(AdapterError, match=r"expected num_heads\*head_dim = 4\*7 = 28"):
         GenericAdapter(model, processor=None)
+
+
+def test_a_model_type_transformers_cannot_load_as_a_vlm_is_refused_listing_the_families():
+    with pytest.raises(
+        UnsupportedModelError, match="no dpmtv adapter for model_type 'bert'.*LLaVA \\(llava\\)"
+    ):
+        adapter_for("bert")

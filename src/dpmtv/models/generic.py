@@ -101,6 +101,7 @@ class GenericAdapter(ModelAdapter):
     format) subclass it and override only that.
     """
 
+    display_name = ""  # a family file's display name; else the model_type, set per instance
     model_types: tuple[str, ...] = ()
     special_reason = ""  # a family file's subclass says what discovery could not provide
     decoder_layers_path = ""  # filled per instance by discovery
@@ -108,7 +109,7 @@ class GenericAdapter(ModelAdapter):
 
     def __init__(self, model: nn.Module, processor: Any):
         self.family = model.config.model_type
-        self.display_name = getattr(type(self), "display_name", None) or self.family
+        self.display_name = type(self).display_name or self.family
         super().__init__(model, processor)
 
     @classmethod

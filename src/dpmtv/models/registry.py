@@ -101,7 +101,23 @@ def adapter_for(model_type: str) -> type[ModelAdapter]:
         raise UnsupportedModelError(
             f"model_type '{model_type}' is not supported: it is {REFUSED[model_type]}"
         )
+    if (
+        model_type not in _SPECIAL
+        and model_type not in GENERIC_FAMILIES
+        and not _image_text_to_text(model_type)
+    ):
+        raise UnsupportedModelError(
+            f"no dpmtv adapter for model_type '{model_type}': transformers does not load it as an "
+            f"image-text-to-text model; supported families: {', '.join(supported_families())} "
+            "(a remote-code checkpoint needs --adapter spec.json)"
+        )
     return _SPECIAL.get(model_type, GenericAdapter)
+
+
+def _image_text_to_text(model_type: str) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 
 def family_entry(model_type: str) -> FamilyEntry:
