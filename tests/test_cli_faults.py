@@ -30,3 +30,22 @@ def test_answer_refuses_non_positive_counts(tiny_llava_path, tmp_path, option, v
 def test_batching_refuses_a_non_positive_batch_size(batch_size):
     with pytest.raises(ParameterError, match=f"batch_size must be >= 1, got {batch_size}"):
         list(iter_batches(["p"] * 3, batch_size))
+
+
+def test_a_missing_model_folder_is_named_as_a_folder(tmp_path):
+    result = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            "--model",
+            "/models/Qwen2-VL-2B-Instruct",
+            "--heads",
+            "all",
+            "--num-records",
+            "64",
+            "--epsilon",
+            "1",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "model folder '/models/Qwen2-VL-2B-Instruct' does not exist" in " ".join(result.output.split())

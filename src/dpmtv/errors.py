@@ -11,7 +11,7 @@ what to do about it. Catch :class:`DpmtvError` to handle anything the library ra
     │   ├── ParameterError                 a parameter value (epsilon, delta, clip norm, ...)
     │   └── HeadSpecError                  a head specification (names the layer/head)
     ├── ModelError
-    │   ├── UnsupportedModelError          no adapter for config.model_type (lists supported)
+    │   ├── UnsupportedModelError          a refused or unloadable model_type (names why)
     │   └── AdapterError                   an adapter's sites do not resolve on the loaded model
     ├── ArtifactError
     │   ├── ArtifactIntegrityError         a tampered or unreadable artifact

@@ -105,7 +105,7 @@ from dpmtv.heads import HeadSet
 from dpmtv.hooks import PatchMode
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import Example, Prompt, chat_messages, zero_shot
+from dpmtv.prompts import Example, Prompt, zero_shot
 from dpmtv.vector import TaskVector
 
 __all__ = [
@@ -394,8 +394,7 @@ def answer_token_ids(adapter: ModelAdapter, prompt: Prompt, answer: str, *, wher
     merges the prompt's last token with the answer."""
     tokenizer = adapter.tokenizer
     prefix = tokenizer(adapter.render_text(prompt), add_special_tokens=False)["input_ids"]
-    messages = [*chat_messages(prompt), {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
-    rendered = adapter.processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    rendered = adapter.render_with_answer(prompt, answer)
     full = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     if full[: len(prefix)] == prefix:
         candidate = full[len(prefix) :]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import click
@@ -55,7 +56,32 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def model_options(function):
-    """``--model``, ``--dtype`` and ``--device``: shared by every command that loads a model."""
+    """``--model``, ``--dtype``, ``--device``, ``--adapter`` and ``--trust-remote-code``: shared by
+    every command that loads a model. The last two reach ``load_model`` through
+    ``remote_code_options``, so the commands' own signatures do not change."""
+
+    command = function
+
+    @functools.wraps(command)
+    def with_remote_code_options(*args, adapter_spec, trust_remote_code, **kwargs):
+        from dpmtv.models.loading import remote_code_options
+
+        with remote_code_options(adapter_spec=adapter_spec, trust_remote_code=trust_remote_code):
+            return command(*args, **kwargs)
+
+    function = click.option(
+        "--trust-remote-code",
+        is_flag=True,
+        help="Run the checkpoint's own Python code (transformers' trust_remote_code=True); only "
+        "for checkpoints whose source you trust.",
+    )(with_remote_code_options)
+    function = click.option(
+        "--adapter",
+        "adapter_spec",
+        type=click.Path(exists=True, dir_okay=False),
+        help="Adapter spec (JSON) for a checkpoint transformers cannot load natively, e.g. "
+        "docs/adapters/qwen-vl-chat.json.",
+    )(function)
     function = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")(
         function
     )

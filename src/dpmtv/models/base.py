@@ -107,6 +107,13 @@ class ModelAdapter:
             chat_messages(prompt), add_generation_prompt=True, tokenize=False
         )
 
+    def render_with_answer(self, prompt: Prompt, answer: str) -> str:
+        """The prompt followed by the assistant's ``answer`` (the conversation with its last turn
+        filled in), in the same format as :meth:`render_text`."""
+        messages = chat_messages(prompt)
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+        return self.processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+
     def processor_images(self, prompts: Sequence[Prompt]) -> list:
         """Images in the layout the family's processor expects (default: one list per prompt)."""
         return [prompt.all_images() for prompt in prompts]

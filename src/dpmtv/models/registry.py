@@ -1,33 +1,148 @@
-"""Adapters keyed by ``config.model_type``."""
+"""Which adapter serves each ``config.model_type``, and why.
+
+Every family is one of:
+
+* ``generic`` — :class:`~dpmtv.models.generic.GenericAdapter` discovers the decoder layers and
+  attention output projections on the loaded model and renders prompts with the checkpoint's own
+  chat template; no family file.
+* ``special-cased`` — a family file in :mod:`dpmtv.models.families` overrides what discovery
+  cannot provide; its ``special_reason`` says what.
+* ``refused`` — the method does not apply; loading raises
+  :class:`~dpmtv.errors.UnsupportedModelError` with the reason.
+
+A model type in none of these lists is attempted with the generic adapter (marked untested); if
+discovery fails, the error names the step that failed.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dpmtv.errors import UnsupportedModelError
 from dpmtv.models.base import ModelAdapter
 
-_ADAPTERS: dict[str, type[ModelAdapter]] = {}
+_SPECIAL: dict[str, type[ModelAdapter]] = {}
+
+# Families the contract suite runs on through the generic adapter (model_type -> display name).
+GENERIC_FAMILIES: dict[str, str] = {
+    "aya_vision": "Aya Vision",
+    "deepseek_vl": "DeepSeek-VL",
+    "gemma3": "Gemma 3",
+    "idefics2": "Idefics2",
+    "idefics3": "Idefics3",
+    "internvl": "InternVL",
+    "llama4": "Llama 4",
+    "llava": "LLaVA",
+    "llava_next": "LLaVA-NeXT",
+    "mistral3": "Mistral 3",
+    "mllama": "Llama 3.2 Vision (Mllama)",
+    "qianfan_ocr": "Qianfan-OCR",
+    "vipllava": "VipLLaVA",
+}
+
+# Generic families whose stock processor cannot be built in dpmtv's test environment (it needs
+# torchvision), so their tests run the processor-free adapter checks on the model only.
+PROCESSOR_NEEDS_TORCHVISION: dict[str, str] = {
+    "llama4": "Llama4ImageProcessor exists only for the torchvision backend",
+    "mistral3": "PixtralProcessor imports the torchvision image-processor module",
+}
+
+_ENCODER_DECODER = (
+    "an encoder-decoder generator: the text decoder reads the image through cross-attention to an "
+    "encoder, and the method patches a decoder-only language model's self-attention heads"
+)
+_HYBRID = (
+    "a hybrid decoder: its gated-DeltaNet linear-attention layers (three in four) have no "
+    "per-head outputs to read or patch"
+)
+REFUSED: dict[str, str] = {
+    "florence2": _ENCODER_DECODER,
+    "pix2struct": _ENCODER_DECODER,
+    "t5gemma2": _ENCODER_DECODER,
+    "udop": _ENCODER_DECODER,
+    "vision-encoder-decoder": _ENCODER_DECODER,
+    "diffusion_gemma": (
+        "a block-diffusion generator: there is no autoregressive last token whose head outputs "
+        "summarise the prompt"
+    ),
+    "evolla": "a protein-sequence + text model: its inputs are not images",
+    "pi0": "a vision-language-action policy: it outputs robot actions, not text answers",
+    "shieldgemma2": (
+        "an image-safety classifier: its processor writes one fixed policy prompt per image and "
+        "takes no question or answer text, so a many-shot prompt cannot be written"
+    ),
+    "qwen3_5": _HYBRID,
+    "qwen3_5_moe": _HYBRID,
+}
+
+
+@dataclass(frozen=True)
+class FamilyEntry:
+    """One model type's status: ``generic``, ``special-cased``, ``refused`` or ``untested``."""
+
+    model_type: str
+    display_name: str
+    status: str
+    reason: str
 
 
 def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
+    """Class decorator for family files (special-cased families)."""
     for model_type in cls.model_types:
-        _ADAPTERS[model_type] = cls
+        _SPECIAL[model_type] = cls
     return cls
 
 
 def adapter_for(model_type: str) -> type[ModelAdapter]:
+    from dpmtv.models.generic import GenericAdapter
+
     _load_families()
-    try:
-        return _ADAPTERS[model_type]
-    except KeyError:
+    if model_type in REFUSED:
         raise UnsupportedModelError(
-            f"no dpmtv adapter for model_type '{model_type}'; supported families: "
-            f"{', '.join(supported_families())}"
-        ) from None
+            f"model_type '{model_type}' is not supported: it is {REFUSED[model_type]}"
+        )
+    if (
+        model_type not in _SPECIAL
+        and model_type not in GENERIC_FAMILIES
+        and not _image_text_to_text(model_type)
+    ):
+        raise UnsupportedModelError(
+            f"no dpmtv adapter for model_type '{model_type}': transformers does not load it as an "
+            f"image-text-to-text model; supported families: {', '.join(supported_families())} "
+            "(a remote-code checkpoint needs --adapter spec.json)"
+        )
+    return _SPECIAL.get(model_type, GenericAdapter)
+
+
+def _image_text_to_text(model_type: str) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+
+def family_entry(model_type: str) -> FamilyEntry:
+    _load_families()
+    if model_type in _SPECIAL:
+        cls = _SPECIAL[model_type]
+        return FamilyEntry(model_type, cls.display_name, "special-cased", cls.special_reason)
+    if model_type in REFUSED:
+        return FamilyEntry(model_type, model_type, "refused", REFUSED[model_type])
+    if model_type in GENERIC_FAMILIES:
+        reason = "layers, output projections and geometry discovered; the checkpoint's chat template"
+        return FamilyEntry(model_type, GENERIC_FAMILIES[model_type], "generic", reason)
+    return FamilyEntry(model_type, model_type, "untested", "generic discovery is attempted at load")
+
+
+def known_model_types() -> list[str]:
+    """Every model type the registry has an opinion on."""
+    _load_families()
+    return sorted({*_SPECIAL, *GENERIC_FAMILIES, *REFUSED})
 
 
 def supported_families() -> list[str]:
-    _load_families()
-    return sorted({f"{cls.display_name} ({', '.join(cls.model_types)})" for cls in _ADAPTERS.values()})
+    """Display names and model types of the families the contract suite covers."""
+    entries = [family_entry(t) for t in known_model_types()]
+    return sorted(f"{e.display_name} ({e.model_type})" for e in entries if e.status != "refused")
 
 
 def _load_families() -> None:

@@ -15,7 +15,7 @@ from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import Example, Prompt, chat_messages, zero_shot
+from dpmtv.prompts import Example, Prompt, zero_shot
 
 DEFAULT_QUERY_QUESTION = "What is the answer?"
 
@@ -113,15 +113,10 @@ def first_answer_token(adapter: ModelAdapter, prompt: Prompt, answer: str, *, wh
     """
     tokenizer = adapter.tokenizer
     prefix = tokenizer(adapter.render_text(prompt), add_special_tokens=False)["input_ids"]
-    full = tokenizer(_render_with_answer(adapter, prompt, answer), add_special_tokens=False)["input_ids"]
+    full = tokenizer(adapter.render_with_answer(prompt, answer), add_special_tokens=False)["input_ids"]
     start = next((i for i, (a, b) in enumerate(zip(prefix, full)) if a != b), min(len(prefix), len(full)))
     for token in full[start:]:
         if tokenizer.decode([token]).strip() and token not in tokenizer.all_special_ids:
             return int(token)
     raise RecordError(f"{where}: the answer {answer!r} has no non-whitespace token")
 
-
-def _render_with_answer(adapter: ModelAdapter, prompt: Prompt, answer: str) -> str:
-    messages = chat_messages(prompt)
-    messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    return adapter.processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)

@@ -13,8 +13,8 @@ from typing import Any
 
 from transformers import LlavaOnevisionProcessor
 
-from dpmtv.errors import AdapterError
-from dpmtv.models.base import ModelAdapter
+from dpmtv.models.families._image_only import load_image_only
+from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
 
@@ -54,18 +54,11 @@ class ImageOnlyLlavaOnevisionProcessor(LlavaOnevisionProcessor):
 
 
 @register
-class LlavaOnevisionAdapter(ModelAdapter):
-    family = "llava_onevision"
+class LlavaOnevisionAdapter(GenericAdapter):
     display_name = "LLaVA-OneVision"
     model_types = ("llava_onevision",)
-    decoder_layers_path = "model.language_model.layers"
+    special_reason = "image-only processor: the stock processor requires a torchvision video processor"
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
-        processor = ImageOnlyLlavaOnevisionProcessor.from_pretrained(path)
-        if not processor.chat_template:
-            raise AdapterError(
-                f"{cls.display_name}: no chat template found in '{path}' (chat_template.jinja, "
-                "chat_template.json or the tokenizer config); add the checkpoint's template"
-            )
-        return processor
+        return load_image_only(ImageOnlyLlavaOnevisionProcessor, path, cls.display_name)

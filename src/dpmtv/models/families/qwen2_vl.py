@@ -13,8 +13,8 @@ from typing import Any
 
 from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
 
-from dpmtv.errors import AdapterError
-from dpmtv.models.base import ModelAdapter
+from dpmtv.models.families._image_only import load_image_only
+from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
 
@@ -40,24 +40,17 @@ class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):  # noqa: N801 (transfor
         return {**super().to_dict(), "processor_class": Qwen2_5_VLProcessor.__name__}
 
 
-class _QwenVLAdapter(ModelAdapter):
-    decoder_layers_path = "model.language_model.layers"
+class _QwenVLAdapter(GenericAdapter):
+    special_reason = "image-only processor: the stock processor requires a torchvision video processor"
     processor_cls: type
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
-        processor = cls.processor_cls.from_pretrained(path)
-        if not processor.chat_template:
-            raise AdapterError(
-                f"{cls.display_name}: no chat template found in '{path}' (chat_template.jinja, "
-                "chat_template.json or the tokenizer config); add the checkpoint's template"
-            )
-        return processor
+        return load_image_only(cls.processor_cls, path, cls.display_name)
 
 
 @register
 class Qwen2VLAdapter(_QwenVLAdapter):
-    family = "qwen2_vl"
     display_name = "Qwen2-VL"
     model_types = ("qwen2_vl",)
     processor_cls = ImageOnlyQwen2VLProcessor
@@ -65,7 +58,6 @@ class Qwen2VLAdapter(_QwenVLAdapter):
 
 @register
 class Qwen2_5_VLAdapter(_QwenVLAdapter):  # noqa: N801 (transformers' spelling)
-    family = "qwen2_5_vl"
     display_name = "Qwen2.5-VL"
     model_types = ("qwen2_5_vl",)
     processor_cls = ImageOnlyQwen2_5_VLProcessor

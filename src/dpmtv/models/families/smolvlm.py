@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from dpmtv.errors import AdapterError
-from dpmtv.models.base import ModelAdapter
+from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
 
 # Token strings Idefics3Processor hard-codes; SmolVLMProcessor reads them from the tokenizer.
@@ -27,11 +27,12 @@ _IMAGE_TOKENS = {
 
 
 @register
-class SmolVLMAdapter(ModelAdapter):
-    family = "smolvlm"
+class SmolVLMAdapter(GenericAdapter):
     display_name = "SmolVLM"
     model_types = ("smolvlm",)
-    decoder_layers_path = "model.text_model.layers"
+    special_reason = (
+        "image-only Idefics3Processor: the stock processor requires torchvision and num2words"
+    )
 
     @classmethod
     def load_processor(cls, path: str) -> Any:

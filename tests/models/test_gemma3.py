@@ -1,0 +1,5 @@
+from tests.models.contract import AdapterContract
+
+
+class TestGemma3Adapter(AdapterContract):
+    family = "gemma3"

@@ -1,0 +1,5 @@
+from tests.models.contract import AdapterContract
+
+
+class TestInternVLAdapter(AdapterContract):
+    family = "internvl"
