@@ -66,7 +66,7 @@ def command(model_path, vector_specs, host, port, api_key, insecure_no_auth, pat
     except ImportError:
         raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
     settings = ServeSettings(
-        api_key=api_key, max_body_bytes=max_body_bytes, max_image_pixels=max_image_pixels,
+        api_key=api_key or None, max_body_bytes=max_body_bytes, max_image_pixels=max_image_pixels,
         max_images=max_images, max_tokens=max_tokens, default_max_tokens=default_max_tokens,
         max_queue=max_queue, max_batch_size=max_batch_size, batch_window_ms=batch_window_ms,
     )
