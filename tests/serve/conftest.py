@@ -25,15 +25,28 @@ def served_vectors(tiny_llava_path, tmp_path_factory):
     loaded = load_model(tiny_llava_path)
     records = load_records(write_records(folder / "data", 16))
     specs = {
-        "colour": ("layers:0-1", BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(2.0,), shots_per_chunk=4,
-                                               progress=False)),
-        "shape": ("heads:0.1,1.2", BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(2.0,), shots_per_chunk=4,
-                                                 non_private=True, progress=False)),
+        "colour": (
+            "layers:0-1",
+            BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(2.0,), shots_per_chunk=4, progress=False),
+        ),
+        "shape": (
+            "heads:0.1,1.2",
+            BuildSettings(
+                epsilon=1.0,
+                delta=1e-5,
+                l2_clip_norm=(2.0,),
+                shots_per_chunk=4,
+                non_private=True,
+                progress=False,
+            ),
+        ),
     }
     paths = {}
     for name, (heads, settings) in specs.items():
         head_set = parse_head_spec(heads, loaded.adapter.geometry)
-        paths[name] = build_task_vector(loaded, records, head_set, settings, out=folder / f"{name}.safetensors").path
+        paths[name] = build_task_vector(
+            loaded, records, head_set, settings, out=folder / f"{name}.safetensors"
+        ).path
     return paths
 
 

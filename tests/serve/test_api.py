@@ -18,7 +18,9 @@ from tests.serve.conftest import chat_body, png_data_url, run
 
 
 async def _request(app, method, path, **kwargs):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+    ) as client:
         return await client.request(method, path, **kwargs)
 
 
@@ -27,12 +29,16 @@ def request(app, method, path, **kwargs) -> httpx.Response:
 
 
 async def _concurrent(app, bodies):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+    ) as client:
         return await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for body in bodies))
 
 
 def _query(seed: int) -> Example:
-    return Example((image_from_data_url(png_data_url(seed=seed), max_pixels=10**6, param="x"),), "What is shown?")
+    return Example(
+        (image_from_data_url(png_data_url(seed=seed), max_pixels=10**6, param="x"),), "What is shown?"
+    )
 
 
 def _error(response: httpx.Response, status: int, code: str) -> dict:
@@ -62,7 +68,10 @@ def test_models_lists_each_vector_with_its_guarantee_and_the_bare_model(make_app
     shape = cards["shape"]["dpmtv"]
     assert shape["guarantee"]["private"] is False and shape["guarantee"]["epsilon"] is None
     assert shape["privacy_statement"].startswith("NOT PRIVATE")
-    assert cards[served.name]["dpmtv"]["kind"] == "zero_shot" and cards[served.name]["dpmtv"]["guarantee"] is None
+    assert (
+        cards[served.name]["dpmtv"]["kind"] == "zero_shot"
+        and cards[served.name]["dpmtv"]["guarantee"] is None
+    )
     assert "never receives private records" in body["dpmtv"]["queries"]
 
 
@@ -107,7 +116,10 @@ def test_an_answer_equals_dpmtv_answer_with_the_same_vector(make_app, served, mo
     assert choice["message"] == {"role": "assistant", "content": expected}
     assert choice["finish_reason"] in ("stop", "length")
     usage = body["usage"]
-    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and usage["prompt_tokens"] > 0
+    assert (
+        usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+        and usage["prompt_tokens"] > 0
+    )
 
 
 @pytest.mark.parametrize("mode", ["every-call", "prefill-only"])
@@ -131,12 +143,16 @@ def test_a_mixed_batch_patches_each_row_with_its_own_vector(tiny_llava_path, ser
 def test_stream_sends_the_same_answer_as_server_sent_events(make_app, served):
     app = make_app()
     whole = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6)).json()
-    response = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6, stream=True))
+    response = request(
+        app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6, stream=True)
+    )
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     events = [line[len("data: ") :] for line in response.text.split("\n\n") if line]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
-    assert all(chunk["object"] == "chat.completion.chunk" and chunk["id"] == chunks[0]["id"] for chunk in chunks)
+    assert all(
+        chunk["object"] == "chat.completion.chunk" and chunk["id"] == chunks[0]["id"] for chunk in chunks
+    )
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks)
     assert text.strip() == whole["choices"][0]["message"]["content"]
@@ -145,9 +161,18 @@ def test_stream_sends_the_same_answer_as_server_sent_events(make_app, served):
 
 
 def test_text_only_question_and_max_completion_tokens(make_app, served):
-    response = request(make_app(), "POST", "/v1/chat/completions",
-                       json={"model": served.name, "messages": [{"role": "user", "content": "hello"}],
-                             "max_completion_tokens": 3, "temperature": 0, "user": "ignored-field"})
+    response = request(
+        make_app(),
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "model": served.name,
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_completion_tokens": 3,
+            "temperature": 0,
+            "user": "ignored-field",
+        },
+    )
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] <= 3
 
@@ -162,8 +187,18 @@ def _big_png_data_url(width: int, height: int) -> str:
 
 
 def _with_image(url: str) -> dict:
-    return {"model": "colour", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "What?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
+    return {
+        "model": "colour",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What?"},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        ],
+    }
 
 
 BAD_REQUESTS = {
@@ -171,15 +206,35 @@ BAD_REQUESTS = {
     "invalid_request": (400, {"messages": [{"role": "user", "content": "hi"}]}),
     "model_not_found": (404, chat_body("no-such-vector")),
     "unsupported_image_url": (400, _with_image("https://example.com/cat.png")),
-    "invalid_image": (400, _with_image("data:image/png;base64," + base64.b64encode(b"not an image").decode())),
+    "invalid_image": (
+        400,
+        _with_image("data:image/png;base64," + base64.b64encode(b"not an image").decode()),
+    ),
     "image_too_large": (400, _with_image(_big_png_data_url(1200, 1000))),
     "max_tokens_out_of_range": (400, chat_body("colour", max_tokens=10_000)),
     "unsupported_temperature": (400, chat_body("colour", temperature=0.7)),
     "unsupported_n": (400, chat_body("colour", n=2)),
-    "unsupported_messages": (400, {"model": "colour", "messages": [
-        {"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"}]}),
-    "too_many_images": (400, {"model": "colour", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": png_data_url(seed=i)}} for i in range(5)]}]}),
+    "unsupported_messages": (
+        400,
+        {
+            "model": "colour",
+            "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"}],
+        },
+    ),
+    "too_many_images": (
+        400,
+        {
+            "model": "colour",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": png_data_url(seed=i)}} for i in range(5)
+                    ],
+                }
+            ],
+        },
+    ),
     "body_too_large": (413, {"model": "colour", "messages": [{"role": "user", "content": "x" * 300_000}]}),
 }
 
@@ -193,7 +248,7 @@ def test_a_bad_request_gets_a_clear_4xx_and_the_server_keeps_serving(make_app, c
     assert error["type"] == "invalid_request_error"
     after = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2))
     assert after.status_code == 200
-    assert f'dpmtv_errors_total{{type="invalid_request_error"}} 1' in request(app, "GET", "/metrics").text
+    assert 'dpmtv_errors_total{type="invalid_request_error"} 1' in request(app, "GET", "/metrics").text
 
 
 def test_unknown_route_and_method_use_the_error_shape(make_app):
@@ -224,8 +279,12 @@ def test_api_key_is_required_on_the_api_but_not_on_the_page(make_app):
     _error(request(app, "GET", "/metrics"), 401, "invalid_api_key")
     ok = {"Authorization": "Bearer s3cret"}
     assert request(app, "GET", "/v1/models", headers=ok).status_code == 200
-    assert request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2),
-                   headers=ok).status_code == 200
+    assert (
+        request(
+            app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2), headers=ok
+        ).status_code
+        == 200
+    )
     assert request(app, "GET", "/").status_code == 200
     assert request(app, "GET", "/healthz").json()["auth_required"] is True
 

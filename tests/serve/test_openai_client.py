@@ -7,7 +7,9 @@ import pytest
 from tests.serve._live import live_server
 from tests.serve.conftest import png_data_url
 
-openai = pytest.importorskip("openai", reason="the openai client is in the dev extra: pip install 'dpmtv[dev]'")
+openai = pytest.importorskip(
+    "openai", reason="the openai client is in the dev extra: pip install 'dpmtv[dev]'"
+)
 
 KEY = "test-key-123"
 
@@ -21,10 +23,15 @@ def client(served):
 
 
 def _messages(seed=0):
-    return [{"role": "user", "content": [
-        {"type": "text", "text": "What is shown?"},
-        {"type": "image_url", "image_url": {"url": png_data_url(seed=seed)}},
-    ]}]
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is shown?"},
+                {"type": "image_url", "image_url": {"url": png_data_url(seed=seed)}},
+            ],
+        }
+    ]
 
 
 def test_models_list(client, served):
@@ -34,9 +41,13 @@ def test_models_list(client, served):
 
 
 def test_chat_completion_and_stream_agree(client):
-    completion = client.chat.completions.create(model="colour", messages=_messages(), max_tokens=6, temperature=0)
+    completion = client.chat.completions.create(
+        model="colour", messages=_messages(), max_tokens=6, temperature=0
+    )
     text = completion.choices[0].message.content
-    assert completion.choices[0].finish_reason in ("stop", "length") and completion.usage.completion_tokens <= 6
+    assert (
+        completion.choices[0].finish_reason in ("stop", "length") and completion.usage.completion_tokens <= 6
+    )
     stream = client.chat.completions.create(model="colour", messages=_messages(), max_tokens=6, stream=True)
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert streamed.strip() == text

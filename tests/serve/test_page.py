@@ -15,8 +15,13 @@ from tests.serve._live import live_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
@@ -27,8 +32,13 @@ def chromium() -> Path:
         if shutil.which("apt-get") is None or os.geteuid() != 0:
             pytest.skip(f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get)")
         for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-            done = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
             if done.returncode != 0:
                 pytest.skip(f"installing chromium failed ({' '.join(command)}): {done.stderr[-500:]}")
     return CHROMIUM
@@ -47,8 +57,9 @@ def embedded_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("page")
     loaded = load_model("embedded")
     task = loaded.defaults["per_task"]["name_colour"]
-    settings = BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=tuple(task["l2_clip_norm"]), shots_per_chunk=8,
-                             progress=False)
+    settings = BuildSettings(
+        epsilon=1.0, delta=1e-5, l2_clip_norm=tuple(task["l2_clip_norm"]), shots_per_chunk=8, progress=False
+    )
     records = task_records(get_task("name_colour"), 512, seed=0, split="private")
     heads = HeadSet.of(map(tuple, task["heads"]))
     path = build_task_vector(loaded, records, heads, settings, out=folder / "name_colour.safetensors").path

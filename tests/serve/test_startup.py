@@ -58,14 +58,20 @@ def test_loopback_bind_needs_no_key(host):
 
 
 def test_cli_refuses_a_public_bind_without_a_key_before_loading_anything():
-    result = CliRunner().invoke(main, ["serve", "--model", "/nonexistent", "--host", "0.0.0.0"], env={
-        "DPMTV_API_KEY": ""})
+    result = CliRunner().invoke(
+        main, ["serve", "--model", "/nonexistent", "--host", "0.0.0.0"], env={"DPMTV_API_KEY": ""}
+    )
     assert result.exit_code == 2 and "--insecure-no-auth" in result.output
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("colour", "NAME=path"), ("=x.safetensors", "must be 1-64"), ("a b=x", "must be 1-64"), ("a=", "NAME=path")],
+    [
+        ("colour", "NAME=path"),
+        ("=x.safetensors", "must be 1-64"),
+        ("a b=x", "must be 1-64"),
+        ("a=", "NAME=path"),
+    ],
 )
 def test_bad_vector_specs(spec, message):
     with pytest.raises(ParameterError, match=message):
@@ -81,7 +87,8 @@ def test_duplicate_or_model_named_vectors_are_refused(tiny_llava_path, served_ve
 
 
 @pytest.mark.parametrize(
-    ("model", "name"), [("embedded", "embedded"), ("/models/Qwen2-VL-2B/", "Qwen2-VL-2B"), ("org/model", "model")]
+    ("model", "name"),
+    [("embedded", "embedded"), ("/models/Qwen2-VL-2B/", "Qwen2-VL-2B"), ("org/model", "model")],
 )
 def test_the_bare_model_is_named_by_the_last_path_component(model, name):
     assert model_name(model) == name

@@ -26,7 +26,14 @@ from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
 
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
-_PATHS = {"/", "/healthz", "/metrics", "/v1/models", "/v1/chat/completions", *(f"/static/{f}" for f in _STATIC)}
+_PATHS = {
+    "/",
+    "/healthz",
+    "/metrics",
+    "/v1/models",
+    "/v1/chat/completions",
+    *(f"/static/{f}" for f in _STATIC),
+}
 _PUBLIC_PATHS = {"/", "/healthz", *(f"/static/{f}" for f in _STATIC)}
 
 
@@ -40,9 +47,15 @@ def create_app(served: ServedModel, settings: ServeSettings | None = None) -> Fa
         yield
         batcher.close()
 
-    app = FastAPI(title="dpmtv", version=__version__, docs_url=None, redoc_url=None, openapi_url=None,
-                  lifespan=lifespan)
-    app.state.served, app.state.settings, app.state.batcher, app.state.metrics = served, settings, batcher, metrics
+    app = FastAPI(
+        title="dpmtv", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
+    app.state.served, app.state.settings, app.state.batcher, app.state.metrics = (
+        served,
+        settings,
+        batcher,
+        metrics,
+    )
     _install_error_handlers(app, metrics)
     _install_middleware(app, settings, metrics)
     _install_routes(app, served, settings, batcher, metrics)
@@ -65,18 +78,25 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         metrics.observe_error("invalid_request_error")
-        return error_response(400, f"invalid request: {exc.errors()}", code="invalid_request",
-                              kind="invalid_request_error")
+        return error_response(
+            400, f"invalid request: {exc.errors()}", code="invalid_request", kind="invalid_request_error"
+        )
 
 
 def _install_middleware(app: FastAPI, settings: ServeSettings, metrics: Metrics) -> None:
     @app.middleware("http")
     async def auth_and_count(request: Request, call_next) -> Response:
         path = request.url.path
-        if settings.api_key is not None and path not in _PUBLIC_PATHS and not _authorised(request, settings.api_key):
+        if (
+            settings.api_key is not None
+            and path not in _PUBLIC_PATHS
+            and not _authorised(request, settings.api_key)
+        ):
             metrics.observe_error("authentication_error")
             response: Response = ApiError(
-                401, "missing or wrong API key: send 'Authorization: Bearer <key>'", code="invalid_api_key",
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
                 kind="authentication_error",
             ).response()
         else:
@@ -84,8 +104,12 @@ def _install_middleware(app: FastAPI, settings: ServeSettings, metrics: Metrics)
                 response = await call_next(request)
             except Exception as exc:  # noqa: BLE001 — one failing request must not stop the server
                 metrics.observe_error("server_error")
-                response = error_response(500, f"internal error: {type(exc).__name__}: {exc}",
-                                          code="internal_error", kind="server_error")
+                response = error_response(
+                    500,
+                    f"internal error: {type(exc).__name__}: {exc}",
+                    code="internal_error",
+                    kind="server_error",
+                )
         metrics.observe_request(path if path in _PATHS else "other", response.status_code)
         return response
 
@@ -95,8 +119,9 @@ def _authorised(request: Request, api_key: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
 
 
-def _install_routes(app: FastAPI, served: ServedModel, settings: ServeSettings, batcher: DynamicBatcher,
-                    metrics: Metrics) -> None:
+def _install_routes(
+    app: FastAPI, served: ServedModel, settings: ServeSettings, batcher: DynamicBatcher, metrics: Metrics
+) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:
         return HTMLResponse(_static_text("index.html"))
@@ -109,13 +134,18 @@ def _install_routes(app: FastAPI, served: ServedModel, settings: ServeSettings, 
 
     @app.get("/healthz")
     async def healthz() -> dict:
-        return {"status": "ok", "models": served.model_names, "auth_required": settings.api_key is not None,
-                "queue_length": batcher.queue_length}
+        return {
+            "status": "ok",
+            "models": served.model_names,
+            "auth_required": settings.api_key is not None,
+            "queue_length": batcher.queue_length,
+        }
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
-        return PlainTextResponse(metrics.render(queue_length=batcher.queue_length),
-                                 media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            metrics.render(queue_length=batcher.queue_length), media_type="text/plain; version=0.0.4"
+        )
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -126,8 +156,12 @@ def _install_routes(app: FastAPI, served: ServedModel, settings: ServeSettings, 
         for card in model_cards(served):
             if card["id"] == name:
                 return card
-        raise ApiError(404, f"model '{name}' is not served here; choose one of: {', '.join(served.model_names)}",
-                       code="model_not_found", param="model")
+        raise ApiError(
+            404,
+            f"model '{name}' is not served here; choose one of: {', '.join(served.model_names)}",
+            code="model_not_found",
+            param="model",
+        )
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -140,8 +174,11 @@ def _install_routes(app: FastAPI, served: ServedModel, settings: ServeSettings, 
             raise ApiError(429, str(exc), code="queue_full", kind="rate_limit_error") from None
         completion = _Completion(chat.model)
         if chat.stream:
-            return StreamingResponse(_stream(job, completion, metrics, started), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                _stream(job, completion, metrics, started),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         result = await _result(job)
         metrics.observe_latency(time.perf_counter() - started)
         return JSONResponse(completion.whole(result))
@@ -181,16 +218,28 @@ class _Completion:
 
     def whole(self, result: RowResult) -> dict:
         return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                         "finish_reason": result.finish_reason, "logprobs": None}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": result.text},
+                    "finish_reason": result.finish_reason,
+                    "logprobs": None,
+                }
+            ],
             "usage": _usage(result),
         }
 
     def chunk(self, delta: dict, finish_reason: str | None = None, usage: dict | None = None) -> str:
         body = {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
             "system_fingerprint": None,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
@@ -217,16 +266,23 @@ async def _stream(job: Job, completion: _Completion, metrics: Metrics, started: 
             break
         else:
             metrics.observe_error("server_error")
-            error = {"message": f"generation failed: {type(payload).__name__}: {payload}", "type": "server_error",
-                     "param": None, "code": "internal_error"}
+            error = {
+                "message": f"generation failed: {type(payload).__name__}: {payload}",
+                "type": "server_error",
+                "param": None,
+                "code": "internal_error",
+            }
             yield f"data: {json.dumps({'error': error})}\n\n"
             break
     yield "data: [DONE]\n\n"
 
 
 def _usage(result: RowResult) -> dict:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
 
 
 def _static_text(name: str) -> str:

@@ -8,8 +8,15 @@ from fastapi.responses import JSONResponse
 class ApiError(Exception):
     """A request the server refuses; ``status`` is the HTTP code, ``code`` a stable machine name."""
 
-    def __init__(self, status: int, message: str, *, code: str, kind: str = "invalid_request_error",
-                 param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -19,11 +26,13 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return error_response(self.status, self.message, code=self.code, kind=self.kind, param=self.param,
-                              headers=headers)
+        return error_response(
+            self.status, self.message, code=self.code, kind=self.kind, param=self.param, headers=headers
+        )
 
 
-def error_response(status: int, message: str, *, code: str, kind: str, param: str | None = None,
-                   headers: dict | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, *, code: str, kind: str, param: str | None = None, headers: dict | None = None
+) -> JSONResponse:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)

@@ -41,12 +41,18 @@ class RowResult:
 OnText = Callable[[int, str], None]  # (row, new text)
 
 
-def generate_rows(served: ServedModel, rows: Sequence[RowRequest], on_text: OnText | None = None) -> list[RowResult]:
+def generate_rows(
+    served: ServedModel, rows: Sequence[RowRequest], on_text: OnText | None = None
+) -> list[RowResult]:
     adapter = served.loaded.adapter
     inputs = adapter.encode([zero_shot(row.example) for row in rows])
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     tracker = _RowTracker(
-        adapter.tokenizer, inputs["input_ids"].shape[1], [r.max_new_tokens for r in rows], adapter.eos_token_ids, on_text
+        adapter.tokenizer,
+        inputs["input_ids"].shape[1],
+        [r.max_new_tokens for r in rows],
+        adapter.eos_token_ids,
+        on_text,
     )
     with torch.no_grad(), _row_patches(served, rows):
         served.loaded.model.generate(
@@ -57,7 +63,9 @@ def generate_rows(served: ServedModel, rows: Sequence[RowRequest], on_text: OnTe
             stopping_criteria=StoppingCriteriaList([tracker]),
         )
     return [
-        RowResult(tracker.text(row), tracker.finish_reasons[row], int(prompt_tokens[row]), len(tracker.tokens[row]))
+        RowResult(
+            tracker.text(row), tracker.finish_reasons[row], int(prompt_tokens[row]), len(tracker.tokens[row])
+        )
         for row in range(len(rows))
     ]
 
@@ -83,7 +91,9 @@ def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):
 class _RowTracker(StoppingCriteria):
     """Collects each row's new tokens, streams their text, and stops rows independently."""
 
-    def __init__(self, tokenizer, prompt_length: int, limits: list[int], eos_ids: list[int], on_text: OnText | None):
+    def __init__(
+        self, tokenizer, prompt_length: int, limits: list[int], eos_ids: list[int], on_text: OnText | None
+    ):
         self.tokenizer = tokenizer
         self.prompt_length = prompt_length
         self.limits = limits
@@ -116,6 +126,10 @@ class _RowTracker(StoppingCriteria):
             return
         text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).lstrip()
         # Byte-level tokenizers can produce a partial character; wait until the text extends.
-        if text.startswith(self.sent[row]) and len(text) > len(self.sent[row]) and not text.endswith("\ufffd"):
+        if (
+            text.startswith(self.sent[row])
+            and len(text) > len(self.sent[row])
+            and not text.endswith("\ufffd")
+        ):
             self.on_text(row, text[len(self.sent[row]) :])
             self.sent[row] = text

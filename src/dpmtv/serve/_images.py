@@ -26,12 +26,18 @@ def image_from_data_url(url: str, *, max_pixels: int, param: str) -> Image.Image
         )
     header, sep, payload = url.partition(",")
     if not sep or not header.endswith(";base64"):
-        raise ApiError(400, "image data: URL must be 'data:image/<type>;base64,<data>'", code="invalid_image",
-                       param=param)
+        raise ApiError(
+            400,
+            "image data: URL must be 'data:image/<type>;base64,<data>'",
+            code="invalid_image",
+            param=param,
+        )
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError(400, "image data: URL holds invalid base64", code="invalid_image", param=param) from None
+        raise ApiError(
+            400, "image data: URL holds invalid base64", code="invalid_image", param=param
+        ) from None
     return _decoded(data, max_pixels=max_pixels, param=param)
 
 
@@ -51,6 +57,7 @@ def _decoded(data: bytes, *, max_pixels: int, param: str) -> Image.Image:
                 )
             image.load()
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError):
-        raise ApiError(400, f"image data is not a readable image ({len(data)} bytes)", code="invalid_image",
-                       param=param) from None
+        raise ApiError(
+            400, f"image data is not a readable image ({len(data)} bytes)", code="invalid_image", param=param
+        ) from None
     return image.convert("RGB")

@@ -70,7 +70,10 @@ class Metrics:
                 ),
                 "# HELP dpmtv_errors_total Error responses by OpenAI error type.",
                 "# TYPE dpmtv_errors_total counter",
-                *(f'dpmtv_errors_total{{type="{kind}"}} {count}' for kind, count in sorted(self.errors.items())),
+                *(
+                    f'dpmtv_errors_total{{type="{kind}"}} {count}'
+                    for kind, count in sorted(self.errors.items())
+                ),
                 "# HELP dpmtv_batch_size Requests per generation batch.",
                 "# TYPE dpmtv_batch_size histogram",
                 *self.batch_size.lines("dpmtv_batch_size"),

@@ -95,11 +95,17 @@ def _max_new_tokens(request: ChatRequest, settings: ServeSettings) -> int:
             param="temperature",
         )
     if request.top_p not in (None, 1, 1.0):
-        raise ApiError(400, f"top_p must be 1 (answers are greedy), got {request.top_p}",
-                       code="unsupported_top_p", param="top_p")
+        raise ApiError(
+            400,
+            f"top_p must be 1 (answers are greedy), got {request.top_p}",
+            code="unsupported_top_p",
+            param="top_p",
+        )
     if request.n not in (None, 1):
         raise ApiError(400, f"n must be 1, got {request.n}", code="unsupported_n", param="n")
-    requested = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    requested = (
+        request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    )
     if requested is None:
         return settings.default_max_tokens
     if not 1 <= requested <= settings.max_tokens:
@@ -123,16 +129,26 @@ def _example(request: ChatRequest, settings: ServeSettings) -> Example:
             param="messages",
         )
     content = request.messages[0].content
-    parts: list[Any] = [_TextPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+    parts: list[Any] = (
+        [_TextPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+    )
     texts = [part.text for part in parts if isinstance(part, _TextPart)]
     urls = [part.image_url.url for part in parts if isinstance(part, _ImagePart)]
     question = "\n".join(texts)
     if len(question) > settings.max_question_chars:
-        raise ApiError(400, f"the question has {len(question)} characters; the limit is "
-                       f"{settings.max_question_chars}", code="question_too_long", param="messages")
+        raise ApiError(
+            400,
+            f"the question has {len(question)} characters; the limit is {settings.max_question_chars}",
+            code="question_too_long",
+            param="messages",
+        )
     if len(urls) > settings.max_images:
-        raise ApiError(400, f"{len(urls)} images in one request; the limit is {settings.max_images} "
-                       "(--max-images)", code="too_many_images", param="messages")
+        raise ApiError(
+            400,
+            f"{len(urls)} images in one request; the limit is {settings.max_images} (--max-images)",
+            code="too_many_images",
+            param="messages",
+        )
     if not question and not urls:
         raise ApiError(400, "the message has no text and no image", code="empty_message", param="messages")
     images = tuple(

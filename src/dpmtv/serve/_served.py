@@ -62,7 +62,8 @@ def parse_vector_spec(spec: str) -> tuple[str, Path]:
         raise ParameterError(f"--vector '{spec}' must be NAME=path.safetensors")
     if not _NAME.match(name):
         raise ParameterError(
-            f"--vector name '{name}' must be 1-64 letters, digits or . _ : - (starting with a letter or digit)"
+            f"--vector name '{name}' must be 1-64 letters, digits or . _ : - "
+            "(starting with a letter or digit)"
         )
     return name, Path(path)
 

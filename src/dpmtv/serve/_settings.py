@@ -30,7 +30,8 @@ class ServeSettings:
             raise ParameterError(f"max_batch_size must be at least 1, got {self.max_batch_size}")
         if not 1 <= self.default_max_tokens <= self.max_tokens:
             raise ParameterError(
-                f"default_max_tokens must be in [1, max_tokens={self.max_tokens}], got {self.default_max_tokens}"
+                f"default_max_tokens must be in [1, max_tokens={self.max_tokens}], "
+                f"got {self.default_max_tokens}"
             )
         if self.batch_window_ms < 0:
             raise ParameterError(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
