@@ -92,3 +92,53 @@ def test_duplicate_or_model_named_vectors_are_refused(tiny_llava_path, served_ve
 )
 def test_the_bare_model_is_named_by_the_last_path_component(model, name):
     assert model_name(model) == name
+
+
+@pytest.mark.slow
+def test_the_serve_command_starts_uvicorn_and_serves(tiny_llava_path, served_vectors):
+    """`dpmtv serve` end to end in a child process: the key comes from the environment."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.serve._live import free_port
+
+    port = free_port()
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from dpmtv.cli import main; sys.exit(main())",
+        "serve",
+        "--model",
+        str(tiny_llava_path),
+        "--vector",
+        f"colour={served_vectors['colour']}",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, "DPMTV_API_KEY": "k3y", "PYTHONPATH": os.pathsep.join(sys.path)}
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 600  # a loaded CI machine imports torch slowly
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).json()["auth_required"]:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "dpmtv serve did not come up in 600 s"
+                time.sleep(0.2)
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        models = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer k3y"}).json()
+        assert [card["id"] for card in models["data"]] == ["colour", tiny_llava_path.name]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
