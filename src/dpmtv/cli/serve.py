@@ -72,6 +72,14 @@ API_KEY_ENV = "DPMTV_API_KEY"
 )
 @click.option("--max-images", type=int, default=4, show_default=True, help="Images per request.")
 @click.option(
+    "--keep-alive-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Idle keep-alive connection timeout. Short timeouts race with clients reusing a connection "
+    "(a reset mid-request) when the machine is busy.",
+)
+@click.option(
     "--threads",
     type=int,
     help="torch CPU threads (default: torch's choice). On a shared CPU, 1 avoids oversubscription.",
@@ -98,6 +106,7 @@ def command(
     max_body_bytes,
     max_image_pixels,
     max_images,
+    keep_alive_s,
     threads,
     log_level,
     dtype,
@@ -151,7 +160,13 @@ def command(
         f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
         highlight=False,
     )
-    uvicorn.run(create_app(served, settings), host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        create_app(served, settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_keep_alive=keep_alive_s,
+    )
 
 
 def check_bind(host: str, *, api_key: str | None, insecure_no_auth: bool) -> None:
