@@ -246,6 +246,8 @@ def test_a_bad_request_gets_a_clear_4xx_and_the_server_keeps_serving(make_app, c
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
     error = _error(request(app, "POST", "/v1/chat/completions", **kwargs), status, code)
     assert error["type"] == "invalid_request_error"
+    if code in ("unsupported_image_url", "invalid_image", "image_too_large"):
+        assert error["param"] == "messages.0.content.1"  # the offending content part
     after = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2))
     assert after.status_code == 200
     assert 'dpmtv_errors_total{type="invalid_request_error"} 1' in request(app, "GET", "/metrics").text

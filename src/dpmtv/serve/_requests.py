@@ -133,7 +133,7 @@ def _example(request: ChatRequest, settings: ServeSettings) -> Example:
         [_TextPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
     )
     texts = [part.text for part in parts if isinstance(part, _TextPart)]
-    urls = [part.image_url.url for part in parts if isinstance(part, _ImagePart)]
+    urls = [(i, part.image_url.url) for i, part in enumerate(parts) if isinstance(part, _ImagePart)]
     question = "\n".join(texts)
     if len(question) > settings.max_question_chars:
         raise ApiError(
@@ -153,6 +153,6 @@ def _example(request: ChatRequest, settings: ServeSettings) -> Example:
         raise ApiError(400, "the message has no text and no image", code="empty_message", param="messages")
     images = tuple(
         image_from_data_url(url, max_pixels=settings.max_image_pixels, param=f"messages.0.content.{i}")
-        for i, url in enumerate(urls)
+        for i, url in urls
     )
     return Example(images, question)
