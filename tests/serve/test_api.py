@@ -129,7 +129,8 @@ def test_a_mixed_batch_patches_each_row_with_its_own_vector(tiny_llava_path, ser
     from dpmtv.serve._settings import ServeSettings
 
     served = load_served_model(str(tiny_llava_path), sorted(served_vectors.items()), patch_mode=mode)
-    app = create_app(served, ServeSettings(batch_window_ms=300, max_batch_size=32))
+    # A window long enough for all six requests to arrive, even on a busy machine.
+    app = create_app(served, ServeSettings(batch_window_ms=2000, max_batch_size=32))
     plan = [("colour", 1), ("shape", 2), (served.name, 3), ("colour", 4), ("shape", 1), (served.name, 2)]
     responses = run(_concurrent(app, [chat_body(name, image_seed=seed, max_tokens=5) for name, seed in plan]))
     for (name, seed), response in zip(plan, responses):
