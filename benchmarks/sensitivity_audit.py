@@ -35,10 +35,15 @@ def main() -> None:
     loaded = load_model("embedded")
     heads = parse_head_spec("all", loaded.adapter.geometry)
     task = next(t for t in task_suite() if t.name == "is_big")
-    records = [dataclasses.replace(r, has_explicit_id=True) for r in task_records(task, args.records, seed=0, split="private")]
+    records = [
+        dataclasses.replace(r, has_explicit_id=True)
+        for r in task_records(task, args.records, seed=0, split="private")
+    ]
     heavy = task_records(task, 24, seed=1, split="private")
     user_records = [dataclasses.replace(r, user_id=f"user-{i % 24}") for i, r in enumerate(records)]
-    user_records += [dataclasses.replace(r, record_id=f"heavy-{i}", user_id="heavy") for i, r in enumerate(heavy)]
+    user_records += [
+        dataclasses.replace(r, record_id=f"heavy-{i}", user_id="heavy") for i, r in enumerate(heavy)
+    ]
     base = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(args.l2_clip_norm,), shots_per_chunk=4, progress=False)
     configs = [
         ("record", "replace-one", records, {}),
@@ -49,7 +54,12 @@ def main() -> None:
     for unit, relation, data, extra in configs:
         settings = BuildSettings(**base, privacy_unit=unit, neighbouring_relation=relation, **extra)
         audit = audit_sensitivity(
-            loaded, data, heads, settings, num_partitions=args.partitions, neighbours_per_partition=args.neighbours
+            loaded,
+            data,
+            heads,
+            settings,
+            num_partitions=args.partitions,
+            neighbours_per_partition=args.neighbours,
         )
         rows.extend(audit.rows())
         print(audit.to_markdown(), flush=True)

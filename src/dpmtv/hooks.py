@@ -99,7 +99,11 @@ def overwrite_heads(
 
 @contextmanager
 def blend_heads_per_row(
-    adapter: ModelAdapter, values: Mapping[int, torch.Tensor], masks: torch.Tensor
+    adapter: ModelAdapter,
+    values: Mapping[int, torch.Tensor],
+    masks: torch.Tensor,
+    *,
+    mode: PatchMode = PatchMode.EVERY_CALL,
 ) -> Iterator[None]:
     """Per-row partial overwrite at the last position, for batched head search.
 
@@ -108,7 +112,8 @@ def blend_heads_per_row(
     float mask that requires grad gives attribution patching (``∂loss/∂mask`` at 0 is
     ``(value − own)·∂loss/∂own``). ``masks`` is ``(B, num_layers, num_heads)``; ``values[l]`` is
     ``(H, d)`` (shared by all rows) or ``(B, H, d)``. Only layers in ``values`` are hooked. Built
-    without in-place writes, so autograd flows to ``masks`` and ``values``.
+    without in-place writes, so autograd flows to ``masks`` and ``values``. ``mode`` as in
+    :func:`overwrite_heads` (the server patches each row with its own vector during generation).
     """
     geometry = adapter.geometry
     expected = (geometry.num_layers, geometry.num_heads)
@@ -120,6 +125,8 @@ def blend_heads_per_row(
     def make_hook(layer: int, value: torch.Tensor):
         def hook(module, args):
             hidden = args[0]  # (B, T, H*d)
+            if mode is PatchMode.PREFILL_ONLY and hidden.shape[1] == 1:
+                return None
             if hidden.shape[0] != masks.shape[0]:
                 raise HeadSpecError(f"batch of {hidden.shape[0]} rows but masks for {masks.shape[0]}")
             own = hidden[:, -1].reshape(hidden.shape[0], geometry.num_heads, geometry.head_dim)

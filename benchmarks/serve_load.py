@@ -1,0 +1,317 @@
+"""Load test of `dpmtv serve` on the embedded model with two task vectors (loopback only).
+
+1. Writes two private record sets of the embedded suite (name_colour, name_shape) as JSONL + PNG
+   and builds one vector from each with the `dpmtv build` command (ε = 1, each task's public heads).
+2. Starts `dpmtv serve --model embedded --vector colour=... --vector shape=...` on a free
+   127.0.0.1 port as a child process, once with dynamic batching (--max-batch-size 32) and once
+   without (--max-batch-size 1).
+3. Per run: a warm-up, the server's RSS, then REQUESTS requests (alternating the two vectors,
+   held-out test images) from CLIENTS concurrent clients, then the RSS again. Reports throughput,
+   p50/p99 latency, errors (must be 0), answer accuracy against the images' true labels, and the
+   batch sizes the server saw (its /metrics).
+
+Bounded: each request times out after 120 s, each run after --run-timeout-s, and the server is
+stopped at the end in every case. Usage (from the repository root):
+
+    python benchmarks/serve_load.py [--requests 2000] [--clients 32]
+        [--out benchmarks/results/serve_load.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from dpmtv.embedded.generator import get_task
+from dpmtv.embedded.suite import task_records
+from dpmtv.models.loading import load_model
+
+TASKS = {"colour": "name_colour", "shape": "name_shape"}
+CLI = [sys.executable, "-c", "import sys; from dpmtv.cli import main; sys.exit(main())"]
+MAX_TOKENS = 4
+
+
+def build_vectors(work: Path) -> dict[str, Path]:
+    if all((work / f"{name}.safetensors").is_file() for name in TASKS):
+        return {name: work / f"{name}.safetensors" for name in TASKS}
+    defaults = load_model("embedded").defaults["per_task"]
+    paths = {}
+    for name, task in TASKS.items():
+        data = _write_records(work / name, task)
+        heads = work / f"{name}-heads.json"
+        heads.write_text(json.dumps(defaults[task]["heads"]))
+        out = work / f"{name}.safetensors"
+        clip = ",".join(str(c) for c in defaults[task]["l2_clip_norm"])
+        subprocess.run(
+            [
+                *CLI,
+                "build",
+                "--model",
+                "embedded",
+                "--data",
+                str(data),
+                "--heads",
+                str(heads),
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--l2-clip-norm",
+                clip,
+                "--shots-per-chunk",
+                "8",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            check=True,
+            timeout=900,
+            stdout=subprocess.DEVNULL,
+        )
+        paths[name] = out
+    return paths
+
+
+def _write_records(folder: Path, task: str, n: int = 512) -> Path:
+    (folder / "img").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for index, record in enumerate(task_records(get_task(task), n, seed=0, split="private")):
+        record.images[0].save(folder / "img" / f"{index}.png")
+        rows.append(
+            {
+                "id": record.record_id,
+                "image": f"img/{index}.png",
+                "question": record.question,
+                "answer": record.answer,
+            }
+        )
+    path = folder / "records.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_queries(per_task: int = 100) -> list[tuple[str, str, str]]:
+    """(vector name, image data URL, true answer), alternating the two vectors."""
+    columns = []
+    for name, task in TASKS.items():
+        column = []
+        for record in task_records(get_task(task), per_task, seed=1, split="test"):
+            buffer = io.BytesIO()
+            record.images[0].save(buffer, format="PNG")
+            column.append(
+                (name, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), record.answer)
+            )
+        columns.append(column)
+    return [query for pair in zip(*columns) for query in pair]
+
+
+def rss_mib(pid: int) -> float:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _load(url: str, queries, requests: int, clients: int) -> dict:
+    latencies: list[float] = []
+    errors: list[str] = []
+    correct = 0
+    counter = iter(range(requests))
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal correct
+        for index in counter:
+            name, image, answer = queries[index % len(queries)]
+            body = {
+                "model": name,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "?"},
+                            {"type": "image_url", "image_url": {"url": image}},
+                        ],
+                    }
+                ],
+            }
+            started = time.perf_counter()
+            try:
+                response = await http.post(f"{url}/v1/chat/completions", json=body)
+            except httpx.HTTPError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            latencies.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                errors.append(f"{response.status_code}: {response.text[:200]}")
+            elif response.json()["choices"][0]["message"]["content"] == answer:
+                correct += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        seconds = time.perf_counter() - started
+    latencies_ms = np.array(latencies) * 1000
+    return {
+        "requests": requests,
+        "clients": clients,
+        "seconds": seconds,
+        "requests_per_s": requests / seconds,
+        "latency_p50_ms": float(np.percentile(latencies_ms, 50)),
+        "latency_p99_ms": float(np.percentile(latencies_ms, 99)),
+        "errors": len(errors),
+        "first_errors": errors[:5],
+        "accuracy": correct / requests,
+    }
+
+
+def run_server(
+    vectors: dict[str, Path],
+    *,
+    max_batch_size: int,
+    requests: int,
+    clients: int,
+    threads: int,
+    timeout_s: float,
+) -> dict:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        *CLI,
+        "serve",
+        "--model",
+        "embedded",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-batch-size",
+        str(max_batch_size),
+        "--max-queue",
+        str(4 * clients),
+        "--log-level",
+        "warning",
+        "--threads",
+        str(threads),
+        *(arg for name, path in vectors.items() for arg in ("--vector", f"{name}={path}")),
+    ]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_healthy(url, server)
+        queries = test_queries()
+        asyncio.run(asyncio.wait_for(_load(url, queries, 4 * clients, clients), timeout_s))  # warm-up
+        rss_before = rss_mib(server.pid)
+        result = asyncio.run(asyncio.wait_for(_load(url, queries, requests, clients), timeout_s))
+        rss_after = rss_mib(server.pid)
+        metrics = httpx.get(f"{url}/metrics").text
+        total, count = (
+            float(re.search(rf"dpmtv_batch_size_{k} (\S+)", metrics).group(1)) for k in ("sum", "count")
+        )
+        result.update(
+            {
+                "max_batch_size": max_batch_size,
+                "server_rss_mib_before": rss_before,
+                "server_rss_mib_after": rss_after,
+                "server_rss_growth": rss_after / rss_before - 1,
+                "mean_batch_size_incl_warmup": total / count,
+                "server_command": " ".join(command[3:]),
+            }
+        )
+        return result
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"server exited: {server.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not become healthy")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--run-timeout-s", type=float, default=1200)
+    parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument("--work", type=Path, help="keep the records and vectors here (reused when present)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as temporary:
+        vectors = build_vectors(args.work or Path(temporary))
+        runs = {
+            "batching_on": run_server(
+                vectors,
+                max_batch_size=args.clients,
+                requests=args.requests,
+                clients=args.clients,
+                threads=args.threads,
+                timeout_s=args.run_timeout_s,
+            ),
+            "batching_off": run_server(
+                vectors,
+                max_batch_size=1,
+                requests=args.requests,
+                clients=args.clients,
+                threads=args.threads,
+                timeout_s=args.run_timeout_s,
+            ),
+        }
+    result = {
+        **runs,
+        "throughput_ratio_on_over_off": runs["batching_on"]["requests_per_s"]
+        / runs["batching_off"]["requests_per_s"],
+        "errors_total": sum(run["errors"] for run in runs.values()),
+        "max_server_rss_growth": max(run["server_rss_growth"] for run in runs.values()),
+        "command": "python " + " ".join(sys.argv),
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "server_torch_threads": args.threads,
+            "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
+            "platform": platform.platform(),
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from dpmtv.cli._common import err_console, model_options
+from dpmtv.errors import ParameterError
+
+API_KEY_ENV = "DPMTV_API_KEY"
+
+
+@click.command(name="serve")
+@model_options
+@click.option(
+    "--vector",
+    "vector_specs",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Serve a task vector under NAME (repeatable); clients put NAME in 'model'. The bare model "
+    "answers zero-shot under the last path component of --model.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option(
+    "--api-key", envvar=API_KEY_ENV, help=f"Require 'Authorization: Bearer KEY' (or ${API_KEY_ENV})."
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Allow binding a non-loopback address without --api-key (anyone who reaches it can query).",
+)
+@click.option(
+    "--patch-mode",
+    type=click.Choice(["auto", "every-call", "prefill-only"]),
+    default="auto",
+    show_default=True,
+    help="As for `dpmtv answer`: auto takes the checkpoint's recommendation.",
+)
+@click.option(
+    "--max-batch-size", type=int, default=32, show_default=True, help="1 turns dynamic batching off."
+)
+@click.option(
+    "--batch-window-ms",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="How long a waiting request waits for others to batch with.",
+)
+@click.option(
+    "--max-queue",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Requests allowed to wait; beyond it the server answers 429.",
+)
+@click.option("--max-tokens", type=int, default=64, show_default=True, help="Largest max_tokens accepted.")
+@click.option(
+    "--default-max-tokens",
+    type=int,
+    default=16,
+    show_default=True,
+    help="max_tokens when a request does not say.",
+)
+@click.option("--max-body-bytes", type=int, default=8 * 1024 * 1024, show_default=True)
+@click.option(
+    "--max-image-pixels",
+    type=int,
+    default=4096 * 4096,
+    show_default=True,
+    help="Largest width×height accepted per image.",
+)
+@click.option("--max-images", type=int, default=4, show_default=True, help="Images per request.")
+@click.option(
+    "--keep-alive-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Idle keep-alive connection timeout. Short timeouts race with clients reusing a connection "
+    "(a reset mid-request) when the machine is busy.",
+)
+@click.option(
+    "--threads",
+    type=int,
+    help="torch CPU threads (default: torch's choice). On a shared CPU, 1 avoids oversubscription.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+def command(
+    model_path,
+    vector_specs,
+    host,
+    port,
+    api_key,
+    insecure_no_auth,
+    patch_mode,
+    max_batch_size,
+    batch_window_ms,
+    max_queue,
+    max_tokens,
+    default_max_tokens,
+    max_body_bytes,
+    max_image_pixels,
+    max_images,
+    keep_alive_s,
+    threads,
+    log_level,
+    dtype,
+    device,
+):
+    """Serve task vectors over an OpenAI-compatible HTTP API and a web page at /.
+
+    Queries are post-processing of released vectors: the server accepts no private records and
+    spends no privacy budget. Each vector is checked like `dpmtv answer` (tensor hash, model
+    fingerprint) and refused at start-up if it fails.
+    """
+    check_bind(host, api_key=api_key, insecure_no_auth=insecure_no_auth)
+    try:
+        import uvicorn
+
+        from dpmtv.serve import ServeSettings, create_app, load_served_model, parse_vector_spec
+    except ImportError:
+        raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
+    settings = ServeSettings(
+        api_key=api_key or None,
+        max_body_bytes=max_body_bytes,
+        max_image_pixels=max_image_pixels,
+        max_images=max_images,
+        max_tokens=max_tokens,
+        default_max_tokens=default_max_tokens,
+        max_queue=max_queue,
+        max_batch_size=max_batch_size,
+        batch_window_ms=batch_window_ms,
+    )
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise ParameterError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    vectors = [parse_vector_spec(spec) for spec in vector_specs]
+    served = load_served_model(
+        model_path,
+        vectors,
+        dtype=dtype,
+        device=device,
+        patch_mode=None if patch_mode == "auto" else patch_mode,
+    )
+    for name, vector in served.vectors.items():
+        p = vector.vector.metadata.privacy
+        guarantee = (
+            f"(ε={p.epsilon:g}, δ={p.delta:g})-DP per {p.privacy_unit}" if p.private else "NON-PRIVATE"
+        )
+        err_console.print(f"serving vector [bold]{name}[/] ({vector.path}): {guarantee}", highlight=False)
+    err_console.print(
+        f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
+        highlight=False,
+    )
+    uvicorn.run(
+        create_app(served, settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_keep_alive=keep_alive_s,
+    )
+
+
+def check_bind(host: str, *, api_key: str | None, insecure_no_auth: bool) -> None:
+    """Refuse a non-loopback bind without a key: anyone who can reach the port could query."""
+    if api_key or insecure_no_auth or _is_loopback(host):
+        return
+    raise ParameterError(
+        f"--host {host} is reachable from other machines; give --api-key KEY (or set ${API_KEY_ENV}), "
+        "or pass --insecure-no-auth to serve without authentication"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,117 @@
+"""The served model and its task vectors, loaded and checked once at start-up.
+
+Each vector goes through the same checks as ``dpmtv answer``: the artifact's tensor hash
+(:func:`dpmtv.vector.load_task_vector`) and the model fingerprint (``TaskVector.check_model``).
+A vector that fails either is refused with the reason; the server never starts with it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dpmtv.errors import ArtifactError, HeadSpecError, ParameterError
+from dpmtv.hooks import PatchMode
+from dpmtv.models.fingerprint import model_identity
+from dpmtv.models.loading import LoadedModel, load_model
+from dpmtv.vector import TaskVector, load_task_vector
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ServedVector:
+    """A checked vector, laid out densely for per-row patching."""
+
+    name: str
+    path: Path
+    vector: TaskVector
+    values: dict[int, torch.Tensor]  # layer → (H, d); zeros where the vector has no head
+    mask: torch.Tensor  # (L, H) float, 1 where the vector has a head
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    loaded: LoadedModel
+    name: str  # what clients put in "model" for zero-shot answers
+    vectors: dict[str, ServedVector]
+    patch_mode: PatchMode
+    created: int  # unix seconds, reported by /v1/models
+
+    @property
+    def model_names(self) -> list[str]:
+        return [*self.vectors, self.name]
+
+
+def model_name(model: str) -> str:
+    """The bare model's name: the last path component of ``--model`` (``embedded``, ``Qwen2-VL-2B``)."""
+    name = Path(str(model).rstrip("/")).name
+    return name or str(model)
+
+
+def parse_vector_spec(spec: str) -> tuple[str, Path]:
+    """``NAME=path.safetensors`` → (NAME, path)."""
+    name, sep, path = spec.partition("=")
+    if not sep or not path:
+        raise ParameterError(f"--vector '{spec}' must be NAME=path.safetensors")
+    if not _NAME.match(name):
+        raise ParameterError(
+            f"--vector name '{name}' must be 1-64 letters, digits or . _ : - "
+            "(starting with a letter or digit)"
+        )
+    return name, Path(path)
+
+
+def load_served_model(
+    model: str,
+    vectors: Sequence[tuple[str, Path]],
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    patch_mode: PatchMode | str | None = None,
+) -> ServedModel:
+    """Load the model, then every vector with the ``answer`` checks; refuse the first bad one."""
+    name = model_name(model)
+    _check_names(name, [vector_name for vector_name, _ in vectors])
+    loaded = load_model(model, dtype=dtype, device=device)
+    identity = model_identity(loaded.adapter, loaded.name_or_path)
+    served = {vector_name: _load_vector(vector_name, path, loaded, identity) for vector_name, path in vectors}
+    mode = PatchMode(patch_mode or loaded.patch_mode)
+    return ServedModel(loaded, name, served, mode, int(time.time()))
+
+
+def _check_names(model: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ParameterError(f"--vector name '{name}' is given twice; names must be unique")
+        if name == model:
+            raise ParameterError(f"--vector name '{name}' is the bare model's name; choose another")
+        seen.add(name)
+
+
+def _load_vector(name: str, path: Path, loaded: LoadedModel, identity: dict[str, Any]) -> ServedVector:
+    try:
+        vector = load_task_vector(path)
+        vector.check_model(identity)
+    except ArtifactError as exc:
+        raise type(exc)(f"vector '{name}' refused: {exc}") from exc
+    geometry = loaded.adapter.geometry
+    device = next(loaded.model.parameters()).device
+    values: dict[int, torch.Tensor] = {}
+    mask = torch.zeros(geometry.num_layers, geometry.num_heads)
+    for (layer, head), value in zip(vector.heads.pairs, vector.values, strict=True):
+        if not (0 <= layer < geometry.num_layers and 0 <= head < geometry.num_heads):
+            raise HeadSpecError(f"vector '{name}' ({path}): head {layer}.{head} is not in the model")
+        layer_values = values.setdefault(layer, torch.zeros(geometry.num_heads, geometry.head_dim))
+        layer_values[head] = torch.as_tensor(value, dtype=torch.float32)
+        mask[layer, head] = 1.0
+    return ServedVector(
+        name, path, vector, {layer: v.to(device) for layer, v in values.items()}, mask.to(device)
+    )

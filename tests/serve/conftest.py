@@ -1,0 +1,81 @@
+"""A tiny random-weight LLaVA served with two task vectors built by the real pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dpmtv.build import BuildSettings, build_task_vector
+from dpmtv.data import load_records
+from dpmtv.heads import parse_head_spec
+from dpmtv.models.loading import load_model
+from dpmtv.serve import ServeSettings, create_app, load_served_model
+from tests.conftest import write_records
+
+
+@pytest.fixture(scope="session")
+def served_vectors(tiny_llava_path, tmp_path_factory):
+    """Two artifacts on disk: 'colour' (ε=1, layer 0-1 heads) and 'shape' (non-private, two heads)."""
+    folder = tmp_path_factory.mktemp("serve-vectors")
+    loaded = load_model(tiny_llava_path)
+    records = load_records(write_records(folder / "data", 16))
+    specs = {
+        "colour": (
+            "layers:0-1",
+            BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(2.0,), shots_per_chunk=4, progress=False),
+        ),
+        "shape": (
+            "heads:0.1,1.2",
+            BuildSettings(
+                epsilon=1.0,
+                delta=1e-5,
+                l2_clip_norm=(2.0,),
+                shots_per_chunk=4,
+                non_private=True,
+                progress=False,
+            ),
+        ),
+    }
+    paths = {}
+    for name, (heads, settings) in specs.items():
+        head_set = parse_head_spec(heads, loaded.adapter.geometry)
+        paths[name] = build_task_vector(
+            loaded, records, head_set, settings, out=folder / f"{name}.safetensors"
+        ).path
+    return paths
+
+
+@pytest.fixture(scope="session")
+def served(tiny_llava_path, served_vectors):
+    return load_served_model(str(tiny_llava_path), sorted(served_vectors.items()))
+
+
+@pytest.fixture
+def make_app(served):
+    def make(**settings):
+        return create_app(served, ServeSettings(**settings))
+
+    return make
+
+
+def png_data_url(size=(20, 20), seed=0) -> str:
+    rng = np.random.default_rng(seed)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (*size[::-1], 3), dtype=np.uint8)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def chat_body(model: str, *, image_seed: int | None = 0, text: str = "What is shown?", **extra) -> dict:
+    content = [{"type": "text", "text": text}]
+    if image_seed is not None:
+        content.append({"type": "image_url", "image_url": {"url": png_data_url(seed=image_seed)}})
+    return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
