@@ -69,3 +69,33 @@ def test_weak_signal_is_warned_with_the_numbers():
         )
         == []
     )
+
+
+@pytest.mark.parametrize(("epsilon", "warned"), [(1.0, True), (20.0, False)])
+def test_a_build_warns_when_the_noise_swamps_the_signal(tiny_llava, records_file, epsilon, warned):
+    """24 records in chunks of 4 (m = 6) with C = 1.5: at ε = 1 the expected noise norm per layer
+    is several times C; at ε = 20 it is below C."""
+    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.data import load_records
+
+    settings = BuildSettings(
+        epsilon=epsilon, delta=1e-5, l2_clip_norm=(1.5,), shots_per_chunk=4, progress=False
+    )
+    heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
+    with pytest.warns(UserWarning) if warned else _no_weak_signal_warning():
+        result = build_task_vector(tiny_llava, load_records(records_file), heads, settings)
+    assert any("noise swamps the signal" in note for note in result.warnings) is warned
+
+
+def _no_weak_signal_warning():
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def check():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        assert not any("noise swamps" in str(w.message) for w in caught)
+
+    return check()

@@ -61,6 +61,7 @@ from dpmtv.privacy.release import (
     release_without_noise,
 )
 from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
+from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, Prompt, blank_image
 from dpmtv.settings import (
@@ -133,6 +134,7 @@ def build_task_vector(
     selection_plan = _plan_selection(settings)
     plan = _plan_release(settings, sensitivity, sampler, selection_plan)  # None: non-private
     charge = _ChargeOnce(before_noise, _build_event(plan, selection_plan))
+    notes += _weak_signal_notes(loaded, heads, plan, clip_norms)  # public numbers, before any data
 
     head_selection = settings.head_selection
     if heads is None:
@@ -403,6 +405,20 @@ def reference_activations(
             for start in range(0, len(public) - size + 1, size)
         ]
     return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)
+
+
+def _weak_signal_notes(loaded, heads, plan, clip_norms) -> list[str]:
+    """Warn (at once, and in the result) when the expected noise norm of a released layer exceeds
+    its signal bound C_l; heads chosen privately are not known yet, so that case is skipped."""
+    if plan is None or heads is None:
+        return []
+    layers = signal_to_noise_per_layer(
+        noise_std=plan.noise_std, l2_clip_norms=clip_norms, num_coordinates=_layer_dims(loaded, heads)
+    )
+    notes = weak_signal_warnings(layers)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    return notes
 
 
 def _layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
