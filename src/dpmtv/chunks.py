@@ -105,7 +105,7 @@ class ChunkPrompts(Sequence):
 
 
 def chunk_prompt(chunk: Sequence[Record], *, query: str, query_question: str) -> Prompt:
-    """One chunk's prompt: its records as demonstrations, then the query (SPEC §4.2)."""
+    """One chunk's prompt: its records as demonstrations, then the query (docs/design.md §2)."""
     if query == "record":
         *demos, last = chunk
         query_example = Example(last.load_images(), last.question)

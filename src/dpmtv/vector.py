@@ -1,4 +1,4 @@
-"""The released task vector and its ``.safetensors`` artifact (SPEC §7).
+"""The released task vector and its ``.safetensors`` artifact (docs/design.md §5).
 
 Tensors: ``vector`` (K, d) float32 — the noisy per-head values, reference added back;
 ``heads`` (K, 2) int64 — (layer, head) pairs; optionally ``reference`` (K, d) — the public

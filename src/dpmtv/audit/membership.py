@@ -365,7 +365,7 @@ def public_clip_norms(
     quantile: float = 0.5,
     batch_size: int = 4,
 ) -> tuple[float, ...]:
-    """Per-layer clip norms from PUBLIC records (SPEC §4.5): the ``quantile`` of the selected
+    """Per-layer clip norms from PUBLIC records (docs/design.md §2): the ``quantile`` of the selected
     heads' chunk-vector L2 norms over chunks of ``shots_per_chunk`` public records, in sorted
     layer order (the order :func:`dpmtv.privacy.parse_l2_clip_norms` expects)."""
     if not 0.0 < quantile <= 1.0:

@@ -233,7 +233,7 @@ def command(
     force,
     void_budget,
 ):
-    """Build a private task vector from private records (SPEC §4)."""
+    """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model

@@ -103,7 +103,7 @@ from dpmtv.errors import ParameterError
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def command(**options):
-    """Evaluate methods side by side: accuracy with CIs, privacy-utility and queries plots (SPEC §9)."""
+    """Evaluate methods side by side: accuracy with CIs, privacy-utility and queries plots (docs/eval.md)."""
     from dpmtv.eval import EvalSettings, parse_methods, run_evaluation, write_report
     from dpmtv.eval.methods import check_non_private
     from dpmtv.models.loading import load_model

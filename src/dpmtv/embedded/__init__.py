@@ -1,4 +1,4 @@
-"""dpmtv's embedded default model and task suite (issue 3).
+"""dpmtv's embedded default model and task suite.
 
 - :mod:`dpmtv.embedded.generator`: procedural 24x24 images, the task family, records, episodes;
 - :mod:`dpmtv.embedded.checkpoint_format`: config, tokenizer, processor and chat template of the

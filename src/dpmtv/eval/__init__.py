@@ -1,4 +1,4 @@
-"""Evaluation harness: every method side by side on one benchmark and model (SPEC §9).
+"""Evaluation harness: every method side by side on one benchmark and model (docs/eval.md).
 
 ::
 

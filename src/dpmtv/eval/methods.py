@@ -1,4 +1,4 @@
-"""The compared methods (SPEC §9) and one function per method producing answers to the queries.
+"""The compared methods (docs/eval.md) and one function per method producing answers to the queries.
 
 =============  ==================================================  =========================
 method         what it does                                        privacy

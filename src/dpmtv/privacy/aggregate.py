@@ -1,4 +1,4 @@
-"""Streaming sum of clipped chunk vectors and the un-noised mean (SPEC §4.6).
+"""Streaming sum of clipped chunk vectors and the un-noised mean (docs/design.md §2).
 
 ``μ^(l) = (1/m) Σ_j â_j^(l)``. The accumulator keeps one float64 sum per layer, so memory is
 constant in the number of records ``N`` and chunks ``m``; batches of chunks are added as they come

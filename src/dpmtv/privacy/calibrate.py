@@ -1,4 +1,4 @@
-"""Calibrate the Gaussian noise multiplier to a target (epsilon, delta) (SPEC §4.8).
+"""Calibrate the Gaussian noise multiplier to a target (epsilon, delta) (docs/design.md §2).
 
 Two routes, both for unit sensitivity (multiply by ``Δ`` to get the noise std):
 

@@ -1,4 +1,4 @@
-"""Per-layer L2 clipping of the chunk activation vectors (SPEC §4.5).
+"""Per-layer L2 clipping of the chunk activation vectors (docs/design.md §2).
 
 For chunk ``j`` and selected layer ``l``::
 

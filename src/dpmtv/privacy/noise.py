@@ -1,4 +1,4 @@
-"""The one place noise is drawn (SPEC §4.9).
+"""The one place noise is drawn (docs/design.md §2).
 
 :func:`perturb_with_gaussian` takes the values, a std and a sampler, and returns the values plus
 Gaussian noise (float64). The samplers:

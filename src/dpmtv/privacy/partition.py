@@ -1,6 +1,6 @@
 """Split the private records into disjoint chunks, each record in at most one chunk.
 
-Two assignments, one per neighbouring relation (SPEC §3, §4.1):
+Two assignments, one per neighbouring relation (docs/design.md §1, §2):
 
 * :func:`partition_replace_one`: a uniformly random permutation of the ``N`` record positions,
   drawn from OS entropy and never stored, cut into ``m = floor(N / s)`` chunks of exactly ``s``

@@ -1,6 +1,6 @@
 """The neighbouring relation: which pairs of datasets the guarantee compares.
 
-dpmtv supports two relations (SPEC §3):
+dpmtv supports two relations (docs/design.md §1):
 
 * ``replace-one`` (default): the neighbour has the same number of records ``N`` with one record
   replaced. ``N`` is public, so the number of chunks ``m = floor(N / s)`` is public too.

@@ -1,4 +1,4 @@
-"""Plan and perform the one noisy release of the mean (SPEC §4.8–4.10).
+"""Plan and perform the one noisy release of the mean (docs/design.md §2).
 
 :func:`plan_gaussian_release` fixes every number before any noise is drawn (so a ledger can be
 charged first); :func:`add_gaussian_noise` consumes the :class:`UnnoisedMean` once and returns a

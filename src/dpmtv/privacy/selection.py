@@ -1,5 +1,5 @@
 r"""Private head selection: the vote histogram, one-shot Gumbel noisy top-k, its dp-accounting
-event, and the budget split with the Gaussian release (SPEC §5, issue 4).
+event, and the budget split with the Gaussian release (docs/design.md §3).
 
 Pure privacy maths: numpy, dp-accounting and OpenDP (the exact sampler) only; the model-side vote
 function lives in :mod:`dpmtv.selection.private`.
@@ -91,7 +91,7 @@ __all__ = [
 # multiplier by 1.05 / 1.2-1.3 / 1.7-2.1 (the PLD composition is far tighter than ε − ε_sel) and
 # recovers 13 % / 72 % / 90 % of the true heads at ε = 2 (66 % / 99 % / 100 % at ε = 4). Half the
 # budget buys a usable selection for a modest noise increase; provisional until the embedded
-# benchmark of issue 4 measures accuracy.
+# selection benchmark measures accuracy.
 DEFAULT_SELECTION_FRACTION = 0.5
 COMPOSITIONS = ("sequential", "parallel")
 

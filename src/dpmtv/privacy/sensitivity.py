@@ -1,4 +1,4 @@
-"""The L2 sensitivity of the released mean: the one place it is computed (SPEC §4.7)."""
+"""The L2 sensitivity of the released mean: the one place it is computed (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""User-level privacy: all of a user's records go to one chunk, and each user is capped (SPEC §3).
+"""User-level privacy: all of a user's records go to one chunk, and each user is capped (docs/design.md §1).
 
 Relation
 ========

@@ -1,4 +1,4 @@
-"""DP-ICL aggregation: a Gaussian noisy-argmax vote over disjoint chunk prompts (SPEC §9).
+"""DP-ICL aggregation: a Gaussian noisy-argmax vote over disjoint chunk prompts (docs/eval.md).
 
 The token-space DP-ICL baseline answers each query with ``m`` prompts, one per disjoint chunk of
 the private records. Each chunk prompt "votes" for its normalised answer; the votes over a PUBLIC

@@ -1,4 +1,4 @@
-"""Head selection (SPEC §5): which heads a task vector overwrites.
+"""Head selection (docs/design.md §3): which heads a task vector overwrites.
 
 * Public (auxiliary public data, no privacy cost): :func:`select_public`, or step by step with
   :class:`PublicSearch` and :func:`reinforce` / :func:`greedy` / :func:`scored` /

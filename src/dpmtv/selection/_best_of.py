@@ -1,4 +1,4 @@
-"""Compare candidate head sets on the public dev queries and keep the best (issue 4: no single
+"""Compare candidate head sets on the public dev queries and keep the best (no single
 search wins everywhere — greedy, whole-layer blocks and REINFORCE's draws each won somewhere)."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def scored(
     of one-hot mask rows. ``attribution``: its first-order estimate
     ``(mean_h − own_h)·∂ log p/∂ own_h``, averaged over train queries (one forward + backward per
     batch of queries). Cheapest, but single-head effects are small and interact, so it can miss
-    sets that only work together (issue 4); compare with :func:`best_of`.
+    sets that only work together; compare with :func:`best_of`.
     """
     if estimate not in ESTIMATES:
         raise ParameterError(f"estimate must be one of {ESTIMATES}, got {estimate!r}")

@@ -1,4 +1,4 @@
-"""Public head selection (SPEC §5, issue 4): searches on auxiliary PUBLIC data, no privacy cost.
+"""Public head selection (docs/design.md §3): searches on auxiliary PUBLIC data, no privacy cost.
 
 Typical use::
 
