@@ -49,3 +49,29 @@ def test_a_missing_model_folder_is_named_as_a_folder(tmp_path):
     )
     assert result.exit_code == 2
     assert "model folder '/models/Qwen2-VL-2B-Instruct' does not exist" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("unit", ["user", "record"])
+def test_records_with_user_ids_but_no_record_ids(tiny_llava_path, tmp_path, unit):
+    """User level needs no record ids (users are hashed); record-level add/remove asks for them
+    with one line naming the file, line and field."""
+    import json
+
+    from tests.conftest import write_records
+
+    path = write_records(tmp_path, 12, with_ids=False)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**row, "user_id": f"u{i % 3}"}) + "\n" for i, row in enumerate(rows)))
+    args = ["build", "--model", str(tiny_llava_path), "--data", str(path), "--heads", "layers:0"]
+    args += ["--epsilon", "1", "--l2-clip-norm", "1", "--shots-per-chunk", "2", "--num-chunks", "2"]
+    args += ["--out", str(tmp_path / "t.safetensors"), "--quiet"]
+    if unit == "user":
+        args += ["--privacy-unit", "user", "--max-records-per-user", "2"]
+    else:
+        args += ["--neighbouring-relation", "add-remove-one"]
+    result = CliRunner().invoke(main, args)
+    if unit == "user":
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert "records.jsonl:1: field 'id' is missing" in " ".join(result.output.split())
