@@ -57,6 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="fixed number of steps instead of a time budget (schedule by steps)",
     )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="stop after this many steps of the --steps schedule (the weights are those the full\n"
+        "run has at that step; used for the first stage of a staged run)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--tokens-per-step", type=int, default=3000)
     p.add_argument("--min-shots", type=int, default=16)
@@ -297,7 +304,7 @@ def main(argv=None) -> dict:
     while True:
         elapsed = time.monotonic() - start
         progress = step / args.steps if args.steps else elapsed / budget_s
-        if progress >= 1.0:
+        if progress >= 1.0 or (args.stop_after is not None and step >= args.stop_after):
             break
         k = int(rng.integers(args.min_shots, args.max_shots + 1))
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))

@@ -403,12 +403,14 @@ TRAINING_MIX: dict[str, float] = {"naming": 0.15, "single": 0.25, "composition":
 
 
 def training_pools() -> dict[str, list[Task]]:
-    """The seen tasks each training group draws from (uniformly)."""
+    """The seen tasks each training group draws from (uniformly); a mix may name any of them."""
     tasks = training_tasks()
     return {
         "naming": [t for t in tasks if t.kind == "naming"],
         "single": [t for t in tasks if t.kind in ("predicate", "negation")],
         "composition": [t for t in tasks if t.kind in ("conjunction", "disjunction")],
+        # conjunctions of two plain values only (no negated literal, no disjunction)
+        "conjunction": [t for t in tasks if t.kind == "conjunction" and "not_" not in t.name],
     }
 
 
