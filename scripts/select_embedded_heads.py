@@ -3,10 +3,11 @@
 Run once over the suite's *seen* tasks (the shared, generic set: for a held-out task these are
 heads chosen on other tasks) and once per task (the paper's public variant: the task's own small
 public sample — 32 chunks of 8 = 256 examples for the mean, 24 dev and 48 validation queries, 328
-examples in all, generated from a seed disjoint from every private and test split). Each run: greedy forward selection (add the
-head whose patching most raises the mean log-probability of the correct first answer token over
-the tasks' public dev queries, each task patched with its own public mean); then the greedy
-prefixes compete with blocks of whole layers and all heads on a separate public validation set.
+examples in all, generated from a seed disjoint from every private and test split). Each run:
+greedy forward selection (add the head whose patching most raises the mean log-probability of
+the correct first answer token over the tasks' public dev queries, each task patched with its own
+public mean); then the greedy prefixes compete with blocks of whole layers and all heads on a
+separate public validation set.
 Candidates are scored as they will be used: the public mean, clipped and noised as DP-MTV at
 ε = 1 would be for the demo's configuration (N = 2048, s = 8), averaged over a few noise draws —
 fewer heads mean less noise per coordinate, so the noiseless winner is not always the private
@@ -237,7 +238,9 @@ def main() -> None:
     dev = {t.name: task_records(t, DEV_QUERIES, seed=args.seed, split="public-dev") for t in tasks}
     val = {t.name: task_records(t, VAL_QUERIES, seed=args.seed, split="public-val") for t in tasks}
     rng = np.random.default_rng(args.seed)
-    shared = select(adapter, {n: rows[n] for n in seen}, {n: dev[n] for n in seen}, {n: val[n] for n in seen}, rng)
+    shared = select(
+        adapter, {n: rows[n] for n in seen}, {n: dev[n] for n in seen}, {n: val[n] for n in seen}, rng
+    )
     per_task = {}
     for task in track(tasks, description="per-task selection"):
         name = task.name

@@ -180,6 +180,21 @@ class Probes(nn.Module):
         return sum(F.cross_entropy(h(pooled), codes[:, i]) for i, h in enumerate(self.heads)) / 4
 
 
+def _grown_state(old: dict, new: dict) -> dict:
+    """``old`` weights in ``new``'s shapes: a checkpoint trained before answer words were appended
+    to the vocabulary (same ids for the old tokens) keeps its rows; new rows keep their fresh
+    initialisation."""
+    out = {}
+    for name, value in new.items():
+        source = old[name]
+        if source.shape != value.shape:
+            grown = value.clone()
+            grown[: source.shape[0]] = source
+            source = grown
+        out[name] = source
+    return out
+
+
 def lr_at(step: int, progress: float, args) -> float:
     warm = min(1.0, (step + 1) / max(1, args.warmup))
     floor = args.min_lr_fraction
@@ -251,7 +266,7 @@ def main(argv=None) -> dict:
         from transformers import LlavaForConditionalGeneration
 
         init = LlavaForConditionalGeneration.from_pretrained(args.init)
-        model.load_state_dict(init.state_dict())
+        model.load_state_dict(_grown_state(init.state_dict(), model.state_dict()))
         del init
     model.train()
     processor = fmt.build_processor()

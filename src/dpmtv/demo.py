@@ -68,7 +68,7 @@ class DemoConfig:
     batch_size: int = 64
     shared_heads: bool = False  # True: one head set for all tasks; False: each task's public selection
     shot_curve: tuple[int, ...] = (1, 4, 16, 64)  # ICL shots for the accuracy-vs-shots plot
-    shot_curve_queries: int = 32  # the first test queries of each task, for the shots plot
+    shot_curve_queries: int = 16  # the first test queries of each task, for the shots plot
 
 
 def default_config(*, quick: bool) -> DemoConfig:
@@ -263,7 +263,11 @@ def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
 
     keys = sorted(
         {(r["method"], r["epsilon"]) for r in rows},
-        key=lambda k: (_order(k[0]), k[1] or 0, _icl_shots({"method": k[0]}) if k[0].startswith("icl-") else 0),
+        key=lambda k: (
+            _order(k[0]),
+            k[1] or 0,
+            _icl_shots({"method": k[0]}) if k[0].startswith("icl-") else 0,
+        ),
     )
     summary = []
     for method, epsilon in keys:
@@ -390,19 +394,16 @@ def _markdown(summary, shots, config, meta) -> str:
         "|---|---|" + "---|" * len(groups),
     ]
     for row in summary[groups[0]]:
-        cells = []
-        for g in groups:
-            match = next(r for r in summary[g] if (r["method"], r["epsilon"]) == (row["method"], row["epsilon"]))
-            ci = f" ± {match['ci95']:.3f}" if match["ci95"] is not None else ""
-            cells.append(f"{match['accuracy']:.3f}{ci}")
+        cells = _group_cells(summary, row)
         eps = "—" if row["epsilon"] is None else f"{row['epsilon']:g}"
         lines.append(f"| {row['method']} | {eps} | " + " | ".join(cells) + " |")
     if "gain_kept_at_eps1" in meta:
         lines.append("")
         for g, kept in meta["gain_kept_at_eps1"].items():
             lines.append(
-                f"- {GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {kept['of_icl_gain']:.0%} of the ICL gain over "
-                f"zero-shot and {kept['of_mtv_gain']:.0%} of MTV's gain; MTV / ICL = {kept['mtv_over_icl']:.2f}."
+                f"- {GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {kept['of_icl_gain']:.0%} of the ICL gain "
+                f"over zero-shot and {kept['of_mtv_gain']:.0%} of MTV's gain; "
+                f"MTV / ICL = {kept['mtv_over_icl']:.2f}."
             )
     if shots:
         lines += [
@@ -505,6 +506,16 @@ def _plot_shots(shots, summary, path: Path) -> None:
     plt.close(fig)
 
 
+def _group_cells(summary: dict[str, list[dict]], row: dict) -> list[str]:
+    """``accuracy ± CI`` of ``row``'s method and ε in each group of ``summary``."""
+    cells = []
+    for rows in summary.values():
+        match = next(r for r in rows if (r["method"], r["epsilon"]) == (row["method"], row["epsilon"]))
+        ci = f" ± {match['ci95']:.3f}" if match["ci95"] is not None else ""
+        cells.append(f"{match['accuracy']:.3f}{ci}")
+    return cells
+
+
 def _icl_shots(row: dict) -> int:
     return int(row["method"].split()[0].removeprefix("icl-"))
 
@@ -518,11 +529,7 @@ def _print_summary(console, summary, config, releases, num_chunks, artifact) -> 
         n = sum(get_task(t).held_out == GROUPS[g] for t in config.tasks)
         table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI")
     for row in summary[groups[0]]:
-        cells = []
-        for g in groups:
-            match = next(r for r in summary[g] if (r["method"], r["epsilon"]) == (row["method"], row["epsilon"]))
-            ci = f" ± {match['ci95']:.3f}" if match["ci95"] is not None else ""
-            cells.append(f"{match['accuracy']:.3f}{ci}")
+        cells = _group_cells(summary, row)
         table.add_row(row["method"], "—" if row["epsilon"] is None else f"{row['epsilon']:g}", *cells)
     console.print(table)
     if 1.0 in config.epsilons:

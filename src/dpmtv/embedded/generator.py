@@ -74,10 +74,11 @@ ANSWER_INDEX: dict[str, int] = {word: i for i, word in enumerate(ANSWER_WORDS)}
 
 #: Evaluation-only predicates (never trained, nor their complements): two single values, four
 #: conjunctions, two disjunctions and two compositions with a negated literal, spread over the
-#: attribute pairs. Fixed before any training run.
+#: attribute pairs. The two single values are also the ones the first embedded model (which the
+#: shipped checkpoint is fine-tuned from) never saw, and it saw no composition at all.
 HELD_OUT_TASKS: tuple[str, ...] = (
     "is_green",
-    "is_triangle",
+    "is_cross",
     "green_and_cross",
     "blue_and_small",
     "circle_and_right",
@@ -91,7 +92,7 @@ HELD_OUT_PREDICATES: tuple[str, ...] = tuple(n for n in HELD_OUT_TASKS if n.star
 #: Seen tasks of the evaluation suite besides naming (trained on; a spread of every kind).
 SEEN_EVAL_TASKS: tuple[str, ...] = (
     "is_red",
-    "is_cross",
+    "is_triangle",
     "is_big",
     "is_left",
     "is_not_yellow",
