@@ -1,10 +1,13 @@
 """Select the embedded model's default head sets and clip norms on PUBLIC data (no privacy cost).
 
-Run once over the whole task suite (the shared default set) and once per task (the public
-variant with the downstream task's own public data). Each run: greedy forward selection (add the
-head whose patching most raises the mean log-probability of the correct first answer token over
-the tasks' public dev queries, each task patched with its own public mean); then the greedy
-prefixes compete with blocks of whole layers and all heads on a separate public validation set.
+Run once over the suite's *seen* tasks (the shared, generic set: for a held-out task these are
+heads chosen on other tasks) and once per task (the paper's public variant: the task's own small
+public sample — 32 chunks of 8 = 256 examples for the mean, 24 dev and 48 validation queries, 328
+examples in all, generated from a seed disjoint from every private and test split). Each run:
+greedy forward selection (add the head whose patching most raises the mean log-probability of
+the correct first answer token over the tasks' public dev queries, each task patched with its own
+public mean); then the greedy prefixes compete with blocks of whole layers and all heads on a
+separate public validation set.
 Candidates are scored as they will be used: the public mean, clipped and noised as DP-MTV at
 ε = 1 would be for the demo's configuration (N = 2048, s = 8), averaged over a few noise draws —
 fewer heads mean less noise per coordinate, so the noiseless winner is not always the private
@@ -228,13 +231,16 @@ def main() -> None:
     loaded = load_model(args.checkpoint)
     adapter = loaded.adapter
     tasks = task_suite()
+    seen = [t.name for t in tasks if not t.held_out]
     rows = {
         t.name: public_chunk_rows(adapter, t, args.seed) for t in track(tasks, description="public means")
     }
     dev = {t.name: task_records(t, DEV_QUERIES, seed=args.seed, split="public-dev") for t in tasks}
     val = {t.name: task_records(t, VAL_QUERIES, seed=args.seed, split="public-val") for t in tasks}
     rng = np.random.default_rng(args.seed)
-    shared = select(adapter, {n: rows[n] for n in rows}, dev, val, rng)
+    shared = select(
+        adapter, {n: rows[n] for n in seen}, {n: dev[n] for n in seen}, {n: val[n] for n in seen}, rng
+    )
     per_task = {}
     for task in track(tasks, description="per-task selection"):
         name = task.name
@@ -248,13 +254,16 @@ def main() -> None:
         # answer, so inference patches the prompt only.
         "patch_mode": "prefill-only",
         "selection": {
-            "method": "greedy forward selection; prefixes vs layer blocks, scored at ε=1; once over all "
-            "tasks (the shared 'heads') and once per task ('per_task')",
+            "method": "greedy forward selection; prefixes vs layer blocks, scored at ε=1; once over the "
+            "seen tasks (the shared, generic 'heads') and once per task on its own public sample "
+            "('per_task')",
+            "shared_selected_on": seen,
             "data": "public: generated from a seed disjoint from every experiment seed",
             "public_seed": args.seed,
             "public_chunks_per_task": PUBLIC_CHUNKS,
             "dev_queries_per_task": DEV_QUERIES,
             "val_queries_per_task": VAL_QUERIES,
+            "public_examples_per_task": PUBLIC_CHUNKS * SHOTS + DEV_QUERIES + VAL_QUERIES,
             "noise_draws": NOISE_DRAWS,
             "clip_norm": "median L2 norm of the selected heads' public chunk vectors, per layer",
             "shared": shared["report"],

@@ -3,13 +3,15 @@
 
 A ~1.2 M-parameter ``LlavaForConditionalGeneration`` (CLIP vision tower + Llama text model, see
 ``dpmtv.embedded.checkpoint_format``) learns the embedded task family in context: random
-episodes of 16-64 shots of one task each (naming 40 %, predicates 60 %), loss on every answer
-token, AdamW with warm-up and cosine decay, plus an auxiliary attribute-probe loss on the pooled
-projected image tokens (a training aid: the probes are discarded).
+episodes of 16-64 shots of one task each (by default 15 % naming, 25 % single-value predicates
+and negations, 30 % label-balanced conjunctions/disjunctions, 30 % label maps with fresh nonce
+words; held-out predicates and their complements never occur), loss on every answer token, AdamW
+with warm-up and cosine decay, plus an auxiliary attribute-probe loss on the pooled projected
+image tokens (a training aid: the probes are discarded).
 
-Example::
+Example (a fixed step count makes the run independent of machine load)::
 
-    python scripts/train_embedded.py --seed 0 --minutes 40 --out runs/embedded-seed0
+    python scripts/train_embedded.py --seed 0 --steps 8000 --out runs/embedded-seed0
 
 Writes to ``--out``: the checkpoint (``save_pretrained`` of model and processor),
 ``train_log.jsonl`` (train and eval records), ``training_summary.json`` and
@@ -41,6 +43,7 @@ from dpmtv.embedded import checkpoint_format as fmt  # noqa: E402
 from dpmtv.embedded import generator as gen  # noqa: E402
 
 EVAL_SHOTS = (0, 1, 4, 16)
+FINAL_EVAL_SHOTS = (0, 1, 4, 16, 64)
 PROBE_CLASSES = tuple(len(gen.VALUES[a]) for a in gen.ATTRIBUTES)
 
 
@@ -54,20 +57,31 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="fixed number of steps instead of a time budget (schedule by steps)",
     )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="stop after this many steps of the --steps schedule (the weights are those the full\n"
+        "run has at that step; used for the first stage of a staged run)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--tokens-per-step", type=int, default=3000)
     p.add_argument("--min-shots", type=int, default=16)
     p.add_argument("--max-shots", type=int, default=64)
-    p.add_argument("--naming-fraction", type=float, default=0.4)
+    p.add_argument(
+        "--mix",
+        default=",".join(f"{k}={v:g}" for k, v in gen.TRAINING_MIX.items()),
+        help="episode groups and their probabilities (naming, single, composition, label_map)",
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-fraction", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--probe-weight", type=float, default=0.5)
     p.add_argument("--eos-weight", type=float, default=0.1)
-    p.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
-    p.add_argument("--eval-queries", type=int, default=48, help="queries per task and shot count")
-    p.add_argument("--final-eval-queries", type=int, default=200)
+    p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
+    p.add_argument("--eval-queries", type=int, default=32, help="queries per task and shot count")
+    p.add_argument("--final-eval-queries", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
         "--init",
@@ -85,9 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 # evaluation: fresh images from the full distribution (held-out combination included)
 # ---------------------------------------------------------------------------------------------
 def build_eval_set(seed: int, n_queries: int, shots=EVAL_SHOTS) -> dict:
-    """For each shot count: ids ``(16*n, T)``, pixels, targets, task index per row."""
+    """For each shot count: ids ``(tasks*n, T)``, pixels, targets, task index per row, over the
+    evaluation suite with its fixed label maps (label-balanced predicates)."""
     rng = np.random.default_rng([seed, 20_240_601])
-    tasks = gen.task_suite()
+    tasks = gen.task_suite(label_maps=True)
     sets = {}
     for k in shots:
         ids, images, targets, task_index = [], [], [], []
@@ -112,7 +127,7 @@ def build_eval_set(seed: int, n_queries: int, shots=EVAL_SHOTS) -> dict:
 @torch.no_grad()
 def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
     model.eval()
-    tasks = gen.task_suite()
+    tasks = gen.task_suite(label_maps=True)
     result: dict = {}
     for k, data in eval_set.items():
         n = len(data["ids"])
@@ -130,10 +145,10 @@ def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
             for i, task in enumerate(tasks)
         }
         groups = {
-            "all": [t.name for t in tasks],
             "naming": [t.name for t in tasks if t.kind == "naming"],
-            "seen_predicates": [t.name for t in tasks if t.kind == "predicate" and not t.held_out],
-            "held_out": [t.name for t in tasks if t.held_out],
+            "seen_predicates": [t.name for t in tasks if t.is_predicate and not t.held_out],
+            "held_out": [t.name for t in tasks if t.is_predicate and t.held_out],
+            "label_maps": [t.name for t in tasks if t.kind == "label_map"],
         }
         result[str(k)] = {
             **{g: float(np.mean([per_task[n_] for n_ in names])) for g, names in groups.items()},
@@ -145,8 +160,8 @@ def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
 
 def eval_line(ev: dict) -> str:
     return " | ".join(
-        f"{k}-shot all {v['all']:.3f} nam {v['naming']:.2f} pred {v['seen_predicates']:.2f} "
-        f"held {v['held_out']:.2f}"
+        f"{k}-shot nam {v['naming']:.2f} seen {v['seen_predicates']:.2f} "
+        f"held {v['held_out']:.2f} map {v['label_maps']:.2f}"
         for k, v in ev.items()
     )
 
@@ -163,6 +178,21 @@ class Probes(nn.Module):
 
     def forward(self, pooled: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         return sum(F.cross_entropy(h(pooled), codes[:, i]) for i, h in enumerate(self.heads)) / 4
+
+
+def _grown_state(old: dict, new: dict) -> dict:
+    """``old`` weights in ``new``'s shapes: a checkpoint trained before answer words were appended
+    to the vocabulary (same ids for the old tokens) keeps its rows; new rows keep their fresh
+    initialisation."""
+    out = {}
+    for name, value in new.items():
+        source = old[name]
+        if source.shape != value.shape:
+            grown = value.clone()
+            grown[: source.shape[0]] = source
+            source = grown
+        out[name] = source
+    return out
 
 
 def lr_at(step: int, progress: float, args) -> float:
@@ -196,9 +226,9 @@ def plot_curves(log_path: Path, png: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     steps = [e["step"] for e in evals]
     for k in EVAL_SHOTS:
-        axes[0].plot(steps, [e["eval"][str(k)]["all"] for e in evals], label=f"{k}-shot")
+        axes[0].plot(steps, [e["eval"][str(k)]["seen_predicates"] for e in evals], label=f"{k}-shot")
         axes[1].plot(steps, [e["eval"][str(k)]["held_out"] for e in evals], label=f"{k}-shot")
-    axes[0].set_title("all 16 tasks (fresh images)")
+    axes[0].set_title("seen predicates (fresh images)")
     axes[1].set_title("held-out predicates")
     for ax in axes:
         ax.set_xlabel("step")
@@ -218,6 +248,7 @@ def main(argv=None) -> dict:
         if argv is None
         else "train_embedded.py " + " ".join(shlex.quote(a) for a in argv)
     )
+    mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -235,7 +266,7 @@ def main(argv=None) -> dict:
         from transformers import LlavaForConditionalGeneration
 
         init = LlavaForConditionalGeneration.from_pretrained(args.init)
-        model.load_state_dict(init.state_dict())
+        model.load_state_dict(_grown_state(init.state_dict(), model.state_dict()))
         del init
     model.train()
     processor = fmt.build_processor()
@@ -288,11 +319,11 @@ def main(argv=None) -> dict:
     while True:
         elapsed = time.monotonic() - start
         progress = step / args.steps if args.steps else elapsed / budget_s
-        if progress >= 1.0:
+        if progress >= 1.0 or (args.stop_after is not None and step >= args.stop_after):
             break
         k = int(rng.integers(args.min_shots, args.max_shots + 1))
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
-        batch = gen.sample_episodes(rng, n_episodes, k, naming_fraction=args.naming_fraction)
+        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix)
         answer_ids = fmt.ANSWER_TOKEN_IDS[batch.answers]
         ids = torch.from_numpy(fmt.episode_ids(answer_ids))
         pixels = fmt.pixels_from_uint8(batch.images)
@@ -326,7 +357,7 @@ def main(argv=None) -> dict:
         running["loss"].append(loss_answer.item())
         running["probe"].append(loss_probe.item())
         kinds = np.array(batch.kinds)
-        for kind in ("naming", "predicate"):
+        for kind in mix:
             rows = hits[kinds == kind]
             for lo, hi in buckets:
                 if len(rows) and lo < k:
@@ -387,7 +418,7 @@ def main(argv=None) -> dict:
     del probes  # training aid only: never saved
     last_eval = evaluate(model, eval_set)
     log({"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1), "eval": last_eval})
-    final_set = build_eval_set(args.seed + 1_000_003, args.final_eval_queries)
+    final_set = build_eval_set(args.seed + 1_000_003, args.final_eval_queries, FINAL_EVAL_SHOTS)
     final_eval = evaluate(model, final_set)
     log({"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries, "eval": final_eval})
     summary = {
@@ -398,8 +429,9 @@ def main(argv=None) -> dict:
         "final_eval": final_eval,
         "final_eval_note": (
             f"accuracy of the next token after '->' (greedy, full vocabulary) on "
-            f"{args.final_eval_queries} fresh queries per task and shot count; 'all' is the mean "
-            "over the 16 tasks of gen.task_suite() (4 naming, 10 seen and 2 held-out predicates)"
+            f"{args.final_eval_queries} fresh label-balanced queries per task and shot count, "
+            "averaged per group of gen.task_suite(label_maps=True): naming, seen predicates, "
+            "held-out predicates (never trained, nor their complements), fixed nonce label maps"
         ),
     }
     save_checkpoint(model, processor, out, summary)

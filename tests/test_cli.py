@@ -160,9 +160,17 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
     assert "keeps" in result.output and "differentially private" in result.output
     rows = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in rows} == {"zero-shot", "icl-16 (non-private)", "mtv (non-private)", "dp-mtv"}
-    assert all(set(r) == {"method", "task", "epsilon", "seed", "accuracy"} for r in rows)
+    assert all(set(r) == {"method", "task", "held_out", "epsilon", "seed", "accuracy"} for r in rows)
+    held_out = {r["task"] for r in rows if r["held_out"]}
+    assert held_out == {"is_green"}  # quick mode: one never-trained task beside three seen ones
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["summary"]) == {"seen", "held_out"}
+    assert [r["method"] for r in summary["icl_by_shots"]["held_out"]] == [
+        f"icl-{k} (non-private)" for k in (1, 4, 16, 64)
+    ]
     assert (out / "report.md").read_text().startswith("# dpmtv demo")
-    assert (out / "privacy_utility.png").read_bytes()[:4] == b"\x89PNG"
+    for plot in ("privacy_utility.png", "accuracy_vs_shots.png"):
+        assert (out / plot).read_bytes()[:4] == b"\x89PNG"
     (artifact,) = out.glob("*.safetensors")
     inspected = json.loads(runner.invoke(main, ["inspect", str(artifact), "--json"]).stdout)
     assert inspected["privacy"]["epsilon"] == 1.0

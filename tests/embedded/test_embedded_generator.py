@@ -8,16 +8,48 @@ import pytest
 from dpmtv.embedded import generator as gen
 
 
-def test_task_suite_has_16_tasks_with_two_held_out_predicates():
+def test_task_suite_marks_seen_and_ten_held_out_predicates():
     tasks = gen.task_suite()
-    assert len(tasks) == 16
-    assert len({t.name for t in tasks}) == 16
+    names = [t.name for t in tasks]
+    assert len(set(names)) == len(names)
     assert sum(t.kind == "naming" for t in tasks) == 4
     held = [t for t in tasks if t.held_out]
-    assert sorted(t.name for t in held) == sorted(gen.HELD_OUT_PREDICATES)
-    assert all(t.kind == "predicate" for t in held)
-    assert len(gen.training_tasks()) == 14
+    assert sorted(t.name for t in held) == sorted(gen.HELD_OUT_TASKS) and len(held) >= 8
+    assert all(t.is_predicate for t in held)
+    assert {t.kind for t in held} >= {"predicate", "conjunction", "disjunction"}
+    assert any("not_" in t.name for t in held)  # a composition with a negated literal
     assert len({t.question for t in tasks}) == 1
+    maps = [t for t in gen.task_suite(label_maps=True) if t.kind == "label_map"]
+    assert maps and all(t.held_out and set(t.answers) <= set(gen.NONCE_WORDS) for t in maps)
+
+
+def test_no_trained_task_has_a_held_out_truth_table_or_its_complement():
+    forbidden = set()
+    for name in gen.HELD_OUT_TASKS:
+        truth = gen.get_task(name).truth
+        forbidden |= {truth.tobytes(), (~truth).tobytes()}
+    trained = [t for t in gen.training_tasks() if t.is_predicate]
+    assert len(trained) > 200
+    assert not [t.name for t in trained if t.truth.tobytes() in forbidden]
+    assert gen.get_task("is_not_green").held_out  # the complement of is_green
+    assert gen.get_task("not_green_or_not_cross").held_out  # ... of green_and_cross
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes", "answer"),
+    [
+        ("green_and_cross", ("green", "cross", "big", "left"), "yes"),
+        ("green_and_cross", ("green", "circle", "big", "left"), "no"),
+        ("yellow_or_square", ("red", "square", "small", "right"), "yes"),
+        ("yellow_or_square", ("red", "circle", "small", "right"), "no"),
+        ("red_and_not_circle", ("red", "cross", "small", "left"), "yes"),
+        ("red_and_not_circle", ("red", "circle", "small", "left"), "no"),
+        ("is_not_yellow", ("yellow", "cross", "small", "left"), "no"),
+        ("name_shape", ("yellow", "cross", "small", "left"), "cross"),
+    ],
+)
+def test_compositional_answers(name, attributes, answer):
+    assert gen.get_task(name).answer(dict(zip(gen.ATTRIBUTES, attributes))) == answer
 
 
 def test_records_are_deterministic_by_seed():
@@ -38,7 +70,7 @@ def test_episodes_are_deterministic_by_seed():
     assert a.images.shape == (64, 24, 24, 3) and a.images.dtype == np.uint8
 
 
-@pytest.mark.parametrize("task", gen.task_suite(), ids=lambda t: t.name)
+@pytest.mark.parametrize("task", gen.task_suite(label_maps=True), ids=lambda t: t.name)
 def test_answers_follow_the_attributes(task):
     records = gen.sample_records(task, 64, np.random.default_rng(0))
     assert len(records) == 64
@@ -46,22 +78,23 @@ def test_answers_follow_the_attributes(task):
     for attributes, answer in zip(records.attributes, records.answers):
         assert task.answer(attributes) == answer
         assert answer in task.answers
-    if task.kind == "predicate":  # label-balanced
+    if task.is_predicate:  # label-balanced whatever the share of positive combinations
         assert 16 <= records.answers.count("yes") <= 48
 
 
-def test_training_episodes_exclude_held_out_tasks_and_combination():
-    batch = gen.sample_episodes(np.random.default_rng(1), 200, 16)
-    assert not set(batch.task_names) & set(gen.HELD_OUT_PREDICATES)
-    colour = gen.VALUES["colour"].index(gen.HELD_OUT_COMBO[0])
-    shape = gen.VALUES["shape"].index(gen.HELD_OUT_COMBO[1])
-    codes = batch.codes.reshape(-1, 4)
-    assert not ((codes[:, 0] == colour) & (codes[:, 1] == shape)).any()
-    naming = np.mean([t.startswith("name_") for t in batch.task_names])
-    assert 0.25 < naming < 0.55
-    # evaluation records do show the held-out combination
-    records = gen.sample_records(gen.get_task("name_colour"), 400, np.random.default_rng(2))
-    assert any((a["colour"], a["shape"]) == gen.HELD_OUT_COMBO for a in records.attributes)
+def test_training_episodes_follow_the_mix_and_exclude_held_out_tasks():
+    batch = gen.sample_episodes(np.random.default_rng(1), 400, 16)
+    held = {t.name for t in gen.all_tasks() if t.held_out}
+    assert not set(batch.task_names) & held
+    kinds = np.array(batch.kinds)
+    for group, share in gen.TRAINING_MIX.items():
+        # binomial(400, share): 5 standard deviations, false-failure rate < 1e-6 per group
+        assert abs(np.mean(kinds == group) - share) < 5 * np.sqrt(share * (1 - share) / 400)
+    maps = [n for n, k in zip(batch.task_names, batch.kinds) if k == "label_map"]
+    assert len(set(maps)) > 0.9 * len(maps)  # a fresh map (almost) every episode
+    for answers, kind in zip(batch.answers, batch.kinds):
+        if kind == "label_map":
+            assert all(gen.ANSWER_WORDS[i] in gen.NONCE_WORDS for i in answers)
 
 
 def test_rendered_colour_matches_the_colour_attribute():
