@@ -23,6 +23,7 @@ to allocate 60 GiB), and such ε protect nothing anyway. ``δ > 0.5`` is no guar
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -123,7 +124,14 @@ def calibrate_gaussian_noise_multiplier(
     check_calibration_range(epsilon=epsilon, delta=delta)
     if not 0.0 <= float(reserved_delta) <= 0.5 * float(delta):
         raise ParameterError(f"reserved_delta must be in [0, delta/2], got {reserved_delta!r}")
-    epsilon, delta, fixed = float(epsilon), float(delta) - float(reserved_delta), list(fixed_events)
+    return _calibrate_memo(float(epsilon), float(delta) - float(reserved_delta), tuple(fixed_events))
+
+
+@functools.lru_cache(maxsize=512)
+def _calibrate_memo(epsilon: float, delta: float, fixed_events: tuple[dp_accounting.DpEvent, ...]) -> float:
+    """The search itself, memoised: a pure function of public numbers (events are frozen and
+    hashable), and a demo or sweep calibrates the same (ε, δ) for many releases."""
+    fixed = list(fixed_events)
     _check_fixed_budget(fixed, epsilon=epsilon, delta=delta)
     analytic = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta)
     tol = _RELATIVE_TOL * analytic
