@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from dpmtv._output_path import check_not_an_input, check_output_path, prepare_output_folder
+from dpmtv._output_path import (
+    artifact_size_bound,
+    check_not_an_input,
+    check_output_path,
+    check_output_space,
+    prepare_output_folder,
+)
 from dpmtv.cli._common import (
     clip_norms_or_auto,
     console,
@@ -328,6 +334,11 @@ def command(
             settings,
             l2_clip_norm=_auto_clip_norms(loaded, heads, public_data, clip_quantile, settings, quiet=quiet),
         )
+    num_heads = len(heads.pairs) if heads is not None else select_k
+    geometry = loaded.adapter.geometry
+    check_output_space(
+        out, artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=center != "none")
+    )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
     try:
         result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
