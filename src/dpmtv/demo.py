@@ -388,7 +388,9 @@ def _markdown(summary, shots, config, meta) -> str:
         f"never trained, learned from the demonstrations alone) × {len(config.seeds)} seeds; "
         f"N = {config.records_per_task} private records per task, {config.shots_per_chunk} per chunk "
         f"(m = {m}); {config.test_queries} test images per task; δ = {config.delta:g}. Accuracy = mean "
-        "over tasks, then mean ± 95% t-interval over seeds.",
+        "over tasks, then mean ± 95% t-interval over seeds [min–max over seeds].",
+        "",
+        RERUN_NOTE,
         "",
         "| method | ε | " + " | ".join(f"{GROUP_TITLES[g]} ({counts[g]})" for g in groups) + " |",
         "|---|---|" + "---|" * len(groups),
@@ -506,13 +508,22 @@ def _plot_shots(shots, summary, path: Path) -> None:
     plt.close(fig)
 
 
+RERUN_NOTE = (
+    "Rerunning gives other numbers: the seeds fix the records, test images and ICL demonstrations, "
+    "but every run draws a fresh partition (MTV, DP-MTV) and fresh noise (DP-MTV). [min–max] is the "
+    "spread over this run's seeds, a guide to how far a rerun may move."
+)
+
+
 def _group_cells(summary: dict[str, list[dict]], row: dict) -> list[str]:
-    """``accuracy ± CI`` of ``row``'s method and ε in each group of ``summary``."""
+    """``accuracy ± CI [min–max over seeds]`` of ``row``'s method and ε in each group."""
     cells = []
     for rows in summary.values():
         match = next(r for r in rows if (r["method"], r["epsilon"]) == (row["method"], row["epsilon"]))
         ci = f" ± {match['ci95']:.3f}" if match["ci95"] is not None else ""
-        cells.append(f"{match['accuracy']:.3f}{ci}")
+        per_seed = match.get("per_seed") or []
+        spread = f" [{min(per_seed):.3f}–{max(per_seed):.3f}]" if len(per_seed) > 1 else ""
+        cells.append(f"{match['accuracy']:.3f}{ci}{spread}")
     return cells
 
 
@@ -527,11 +538,12 @@ def _print_summary(console, summary, config, releases, num_chunks, artifact) -> 
     table.add_column("ε")
     for g in groups:
         n = sum(get_task(t).held_out == GROUPS[g] for t in config.tasks)
-        table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI")
+        table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI [seed min–max]")
     for row in summary[groups[0]]:
         cells = _group_cells(summary, row)
         table.add_row(row["method"], "—" if row["epsilon"] is None else f"{row['epsilon']:g}", *cells)
     console.print(table)
+    console.print(RERUN_NOTE, highlight=False)
     if 1.0 in config.epsilons:
         for g in groups:
             kept = gain_kept(summary[g])
