@@ -26,6 +26,7 @@ from dpmtv.cli._common import (
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
 from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="build")
@@ -81,7 +82,8 @@ from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 @click.option(
     "--l2-clip-norm",
     callback=clip_norms_or_auto,
-    required=True,
+    default=f"{DEFAULT_L2_CLIP_NORM:g}",
+    show_default=True,
     help="Per-layer L2 clip norm C: one value, one per released layer (comma-separated), or 'auto': "
     "per layer, the --clip-quantile of the released heads' norms on chunks of --public-data records "
     "(public, so the chosen C costs no privacy; it is printed and stored in the artifact).",
@@ -101,7 +103,8 @@ from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 @click.option(
     "--shots-per-chunk",
     type=int,
-    required=True,
+    default=DEFAULT_SHOTS_PER_CHUNK,
+    show_default=True,
     help="Records per chunk s; m = floor(N/s) chunks. With --query record, s-1 are demonstrations.",
 )
 @click.option(

@@ -52,6 +52,7 @@ from dpmtv.eval.generation import (
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompts import Prompt
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
@@ -133,8 +134,8 @@ def check_non_private(methods: tuple[MethodSpec, ...], *, allow_non_private: boo
     if offending and not allow_non_private:
         raise DangerousModeError(
             f"method(s) {', '.join(offending)} read the private demonstrations without noise "
-            "(ε = ∞, NO privacy guarantee); pass --non-private (allow_non_private=True) to run "
-            "them as labelled non-private baselines"
+            "(ε = ∞, NO privacy guarantee); add --non-private to run them as labelled non-private "
+            "baselines"
         )
 
 
@@ -146,8 +147,8 @@ class EvalSettings:
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     seeds: tuple[int, ...] = (0, 1, 2)
     delta: float = 1e-5
-    l2_clip_norm: tuple[float, ...] = (1.0,)
-    shots_per_chunk: int = 4  # DP-MTV / MTV records per chunk
+    l2_clip_norm: tuple[float, ...] = (DEFAULT_L2_CLIP_NORM,)
+    shots_per_chunk: int = DEFAULT_SHOTS_PER_CHUNK  # DP-MTV / MTV records per chunk (as `build`)
     dp_icl_max_chunks: int | None = None
     neighbouring_relation: str = "replace-one"  # DP-MTV's; DP-ICL rows carry their own
     max_new_tokens: int = 10
@@ -298,8 +299,8 @@ def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> Artifa
 def _vector_heads(ctx: MethodContext) -> HeadSet:
     if ctx.heads is None:
         raise ParameterError(
-            "mtv and dp-mtv need a head set: pass --heads SPEC (public head selection, "
-            "dpmtv.selection, is not available to the evaluation yet)"
+            "mtv and dp-mtv need a head set: pass --heads ('all', 'layers:A-B', 'heads:L.H,...', or a "
+            "selection saved by `dpmtv select`)"
         )
     return ctx.heads
 
