@@ -436,10 +436,22 @@ def _markdown(summary, shots, config, meta) -> str:
 
 
 def _plot(summary, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = privacy_utility_figure(summary)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def privacy_utility_figure(summary):
+    """DP-MTV against ε per task group, with zero-shot, ICL and MTV as reference lines, in the
+    styles every dpmtv figure uses (:mod:`dpmtv.plot_style`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from dpmtv.plot_style import epsilon_axis, method_label, method_style
 
     fig, axes = plt.subplots(1, len(summary), figsize=(6.0 * len(summary), 4.2), squeeze=False)
     for ax, (group, rows) in zip(axes[0], summary.items()):
@@ -448,23 +460,21 @@ def _plot(summary, path: Path) -> None:
             [r["epsilon"] for r in dp],
             [r["accuracy"] for r in dp],
             yerr=[r["ci95"] or 0 for r in dp],
-            marker="o",
             capsize=3,
-            label="DP-MTV",
+            label=method_label("dp-mtv"),
+            **method_style("dp-mtv").line(),
         )
-        styles = {"zero-shot": ("grey", ":"), "icl": ("tab:green", "--"), "mtv": ("tab:orange", "-.")}
-        for prefix, (colour, style) in styles.items():
+        for prefix in ("zero-shot", "icl", "mtv"):
             row = next(r for r in rows if r["method"].startswith(prefix))
-            ax.axhline(row["accuracy"], color=colour, linestyle=style, label=row["method"])
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ε (δ = 1e-5)")
+            style = method_style(row["method"]).reference()
+            ax.axhline(row["accuracy"], linewidth=1.4, label=method_label(row["method"]), **style)
+        epsilon_axis(ax, [r["epsilon"] for r in dp])
         ax.set_ylabel("accuracy (mean over tasks)")
-        ax.set_title(f"Embedded model: {GROUP_TITLES[group]}")
+        ax.set_title(f"Embedded model: {GROUP_TITLES[group]} (δ = 1e-5)")
         ax.set_ylim(0, 1)
         ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def _plot_shots(shots, summary, path: Path) -> None:
@@ -474,6 +484,8 @@ def _plot_shots(shots, summary, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from dpmtv.plot_style import method_label, method_style
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     colours = {"seen": "tab:blue", "held_out": "tab:red"}
@@ -490,12 +502,13 @@ def _plot_shots(shots, summary, path: Path) -> None:
             label=f"ICL, {GROUP_TITLES[group]}",
         )
         reference = summary.get(group, [])
-        for prefix, style in (("zero-shot", ":"), ("mtv", "-.")):
+        for prefix in ("zero-shot", "mtv"):  # the method's line style, the group's colour
             row = next((r for r in reference if r["method"].startswith(prefix)), None)
             if row is not None:
+                style = method_style(prefix).linestyle
                 ax.axhline(row["accuracy"], color=colours[group], linestyle=style, alpha=0.6, linewidth=1)
-    ax.plot([], [], color="grey", linestyle=":", label="zero-shot")
-    ax.plot([], [], color="grey", linestyle="-.", label="MTV (non-private)")
+    for prefix in ("zero-shot", "mtv"):
+        ax.plot([], [], color="grey", linestyle=method_style(prefix).linestyle, label=method_label(prefix))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("demonstrations in the prompt")
