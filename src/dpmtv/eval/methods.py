@@ -160,6 +160,11 @@ class EvalSettings:
     context_limit: int | None = None
     progress: bool = True
 
+    @property
+    def evaluated_epsilons(self) -> list[float]:
+        """The requested ε plus the queries-plot budget (DP-MTV's flat line needs a run there)."""
+        return sorted(set(self.epsilons) | {self.queries_epsilon})
+
     def to_json(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "methods"}
         return {"methods": [m.label for m in self.methods], **data}
@@ -176,6 +181,7 @@ class MethodContext:
     head_spec: str | None
     progress: Callable[[str, int], Any]  # (description, total) -> context manager yielding advance
     examples: ExampleCache = field(default_factory=ExampleCache)
+    dp_mtv_builds: dict[int, dict[float, Any]] = field(default_factory=dict)  # seed -> ε -> BuildResult
 
     def queries(self):
         return [self.examples(r, with_answer=False) for r in self.benchmark.test]
@@ -309,16 +315,43 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     """Build with the run's seeded partition and noise, then answer.
 
     The build seed depends on the run seed only, so at one seed every ε shares the partition
-    and the standard-normal noise direction (common random numbers across ε). Seeded noise makes
+    and the standard-normal noise direction (common random numbers across ε). The chunks of a
+    seed are therefore extracted once, at its first ε, and released at every evaluated ε
+    (:func:`dpmtv.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
     these builds experiments at the σ of (ε, δ), not private releases."""
-    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.build import build_task_vectors_for_epsilons
     from dpmtv.inference import answer_queries
 
     s = ctx.settings
-    heads = _vector_heads(ctx)
+    if seed not in ctx.dp_mtv_builds:
+        epsilons = s.evaluated_epsilons
+        builds = build_task_vectors_for_epsilons(
+            ctx.loaded,
+            ctx.benchmark.train,
+            _vector_heads(ctx),
+            _dp_mtv_settings(ctx, seed),
+            epsilons=epsilons,
+        )
+        ctx.dp_mtv_builds[seed] = dict(zip(epsilons, builds, strict=True))
+    result = ctx.dp_mtv_builds[seed].pop(epsilon)
+    answers = answer_queries(
+        ctx.loaded,
+        ctx.queries(),
+        vector=result.vector,
+        max_new_tokens=s.max_new_tokens,
+        batch_size=s.batch_size,
+    )
+    return MethodOutput(_clean(answers), _build_details(result))
+
+
+def _dp_mtv_settings(ctx: MethodContext, seed: int):
+    """The build settings of a seed (ε is set per release)."""
+    from dpmtv.build import BuildSettings
+
+    s = ctx.settings
     add_remove = s.neighbouring_relation == "add-remove-one"
-    settings = BuildSettings(
-        epsilon=epsilon,
+    return BuildSettings(
+        epsilon=s.evaluated_epsilons[0],
         delta=s.delta,
         l2_clip_norm=s.l2_clip_norm,
         shots_per_chunk=s.shots_per_chunk,
@@ -332,15 +365,6 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
         progress=s.progress,
         max_prompt_tokens=s.context_limit,
     )
-    result = build_task_vector(ctx.loaded, ctx.benchmark.train, heads, settings)
-    answers = answer_queries(
-        ctx.loaded,
-        ctx.queries(),
-        vector=result.vector,
-        max_new_tokens=s.max_new_tokens,
-        batch_size=s.batch_size,
-    )
-    return MethodOutput(_clean(answers), _build_details(result))
 
 
 def _build_details(result) -> dict[str, Any]:

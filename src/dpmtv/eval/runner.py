@@ -95,8 +95,7 @@ def chance_level(benchmark: Benchmark) -> float:
 
 
 def _dp_epsilons(settings: m.EvalSettings) -> list[float]:
-    """The requested ε plus the queries-plot budget (DP-MTV's flat line needs a run there)."""
-    return sorted(set(settings.epsilons) | {settings.queries_epsilon})
+    return settings.evaluated_epsilons
 
 
 def _heads(loaded, heads, settings) -> tuple[HeadSet | None, str | None]:
