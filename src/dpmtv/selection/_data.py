@@ -119,3 +119,4 @@ def first_answer_token(adapter: ModelAdapter, prompt: Prompt, answer: str, *, wh
         if tokenizer.decode([token]).strip() and token not in tokenizer.all_special_ids:
             return int(token)
     raise RecordError(f"{where}: the answer {answer!r} has no non-whitespace token")
+
