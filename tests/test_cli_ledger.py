@@ -243,3 +243,41 @@ def test_summary_states_one_epsilon_and_explains_the_accounting(
     # both samplers now draw the calibrated σ (OpenDP's discrete Gaussian is accounted directly,
     # docs/design.md §8), so the σ drawn is worth the whole ε and no lower ε is reported
     assert privacy["epsilon_spent"] > 0.999 and "certifies" not in text
+
+
+def test_budget_show_prints_whole_timestamps_and_every_epsilon_alike(runner, tmp_path):
+    """No timestamp cut to '…' on an 80-column terminal; spent, remaining and each charge's ε
+    with the same number of decimals."""
+    import re
+
+    import dp_accounting
+
+    from dpmtv.privacy.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.init_dataset("clinic", epsilon=2.0, delta=DELTA)
+    receipt = ledger.charge(
+        "clinic",
+        dp_accounting.GaussianDpEvent(3.0),
+        neighbouring_relation="replace-one",
+        privacy_unit="record",
+        parameters={},
+        artifact=tmp_path / "a-rather-long-artifact-name.safetensors",
+    )
+    ledger.mark_written(receipt)
+    shown = runner.invoke(main, ["budget", "show", "clinic", "--ledger", str(ledger.path)], terminal_width=80)
+    assert shown.exit_code == 0, shown.output
+    assert "…" not in shown.output
+    status = ledger.status("clinic")
+    for stamp in (status.created_at, status.charges[0].charged_at, status.charges[0].written_at):
+        assert stamp[:10] + " " + stamp[11:19] + " UTC" in shown.output
+    spent, remaining = (
+        re.search(rf"{row}\D*ε = (\S+)", shown.output).group(1) for row in ("spent", "remaining")
+    )
+    assert len(spent.split(".")[1]) == len(remaining.split(".")[1])
+    assert float(spent) + float(remaining) == pytest.approx(2.0, rel=1e-3)
+    overview = runner.invoke(main, ["budget", "show", "--ledger", str(ledger.path)], terminal_width=80)
+    assert (
+        f"{status.epsilon_spent:.4f}" in overview.output
+        and f"{status.epsilon_headroom:.4f}" in overview.output
+    )

@@ -226,3 +226,97 @@ def test_a_failed_write_without_a_ledger_is_one_error_line(
     )
     assert result.exit_code == 2 and "No space left on device" in result.output, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def full_filesystem(tmp_path):
+    """A real 64 KiB tmpfs, filled so that a new empty file still fits (an inode) but no artifact
+    does: the shape of a full disk. Mounting needs root and CAP_SYS_ADMIN; skipped otherwise."""
+    import shutil
+    import subprocess
+
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    done = subprocess.run(
+        [mount, "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        handle = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(handle, b"\0" * 1024)
+        except OSError:  # full
+            pass
+        finally:
+            os.close(handle)
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_full_filesystem_is_refused_before_the_charge_and_any_private_forward_pass(
+    runner,
+    tiny_llava_path,
+    records_file,
+    tmp_path,
+    full_filesystem,
+    forward_calls,  # noqa: F811
+):
+    ledger = _ledger(runner, tmp_path)
+    out = full_filesystem / "v.safetensors"
+    args = _build(tiny_llava_path, records_file, out, "--heads", "layers:0", "--dataset", "clinic")
+    result = runner.invoke(main, [*args, "--ledger", str(ledger)])
+    assert result.exit_code == 2, result.output
+    assert "no room for the artifact" in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output and not out.exists()
+    assert forward_calls == [] and _show(runner, ledger, "clinic")["charges"] == []
+    assert sorted(p.name for p in full_filesystem.iterdir()) == ["filler"]  # no temporary left
+
+
+def test_the_space_check_refuses_more_than_the_free_space(tmp_path):
+    from dpmtv._output_path import check_output_space
+    from dpmtv.errors import ParameterError
+
+    usage = os.statvfs(tmp_path)
+    too_much = usage.f_bavail * usage.f_frsize + 2**30
+    with pytest.raises(ParameterError, match="no room for the artifact"):
+        check_output_space(tmp_path / "v.safetensors", too_much)
+    check_output_space(tmp_path / "v.safetensors", 4096)  # room: passes and leaves nothing
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_size_bound_covers_a_real_artifact(runner, tiny_llava_path, records_file, tmp_path):
+    from dpmtv._output_path import artifact_size_bound
+    from dpmtv.models.loading import load_model
+
+    out = tmp_path / "v.safetensors"
+    result = runner.invoke(
+        main, _build(tiny_llava_path, records_file, out, "--heads", "all", "--center", "blank")
+    )
+    assert result.exit_code == 0, result.output
+    geometry = load_model(tiny_llava_path).adapter.geometry
+    num_heads = geometry.num_layers * geometry.num_heads
+    bound = artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=True)
+    assert out.stat().st_size <= bound
+
+
+def test_a_disk_filled_after_the_space_check_says_the_charge_stands_in_one_line(
+    runner, tiny_llava_path, records_file, tmp_path, full_filesystem, monkeypatch
+):
+    """Another writer may fill the disk between the check and the write: the charge stands and
+    the message says so, as one error line (safetensors' own I/O error, not a traceback)."""
+    import dpmtv.cli.build
+
+    monkeypatch.setattr(dpmtv.cli.build, "check_output_space", lambda out, num_bytes: None)  # the race
+    ledger = _ledger(runner, tmp_path)
+    out = full_filesystem / "v.safetensors"
+    args = _build(tiny_llava_path, records_file, out, "--heads", "layers:0", "--dataset", "clinic")
+    result = runner.invoke(main, [*args, "--ledger", str(ledger)])
+    assert result.exit_code == 2, result.output
+    assert "was charged" in result.output and "No space left" in result.output
+    assert len(_show(runner, ledger, "clinic")["charges"]) == 1 and not out.exists()

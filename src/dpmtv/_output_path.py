@@ -4,11 +4,14 @@ Never destroy a file: ``--out`` is refused when it is the ledger, the records fi
 records folder), an image a record references, a folder, a device or other non-regular file, or
 an existing file that is not a dpmtv artifact (not even with ``--force``); an existing artifact is
 replaced only with ``--force``. The output folder's writability is probed by creating a temporary
-file there, and stale temporaries of our own naming (left by a killed write) are removed.
+file there, and stale temporaries of our own naming (left by a killed write) are removed. Once the
+head set is known, and before the charge, the folder must also have room for the artifact, whose
+size is a function of public settings only (:func:`artifact_size_bound`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -90,6 +93,62 @@ def prepare_output_folder(out: Path) -> None:
     except OSError as exc:
         where = exc.filename or folder
         raise ParameterError(f"--out '{out}': cannot write in '{where}': {exc.strerror}") from None
+
+
+# Metadata JSON beside the tensors: about 2 KB measured for 6-8 heads (model identity, privacy
+# numbers, accounting events, heads); the allowance covers large selection details too.
+METADATA_ALLOWANCE_BYTES = 64 * 1024
+_METADATA_BYTES_PER_HEAD = 64  # the head list in the metadata and in the selection details
+
+
+def artifact_size_bound(*, num_heads: int, head_dim: int, centred: bool) -> int:
+    """An upper bound on the artifact's size from public settings alone: float32 values of
+    (K, d) (twice with a centring reference), the int64 (K, 2) head table, and the metadata."""
+    tensor_bytes = num_heads * head_dim * 4 * (2 if centred else 1) + num_heads * 2 * 8
+    return tensor_bytes + METADATA_ALLOWANCE_BYTES + _METADATA_BYTES_PER_HEAD * num_heads
+
+
+def check_output_space(out: Path, num_bytes: int) -> None:
+    """Refuse, before the charge, a folder that cannot take ``num_bytes`` now: the free space the
+    file system reports, then a real allocation of that size in a temporary of our naming (removed
+    at once). Another writer may still fill the disk later; the build then says the charge stands."""
+    folder = out.parent
+    try:
+        usage = os.statvfs(folder)
+        free = usage.f_bavail * usage.f_frsize
+    except (OSError, AttributeError):  # no statvfs (Windows): rely on the allocation
+        free = None
+    if free is not None and free < num_bytes:
+        raise _no_room(out, num_bytes, f"{free} bytes free")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        _allocate(handle, num_bytes)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise ParameterError(f"--out '{out}': cannot write in '{folder}': {exc.strerror}") from None
+        raise _no_room(out, num_bytes, exc.strerror) from None
+    finally:
+        os.close(handle)
+        os.unlink(temporary)
+
+
+def _allocate(handle: int, num_bytes: int) -> None:
+    allocate = getattr(os, "posix_fallocate", None)
+    try:
+        if allocate is not None:
+            allocate(handle, 0, num_bytes)
+            return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # else: write instead
+            raise
+    os.write(handle, bytes(num_bytes))
+
+
+def _no_room(out: Path, num_bytes: int, why: str) -> ParameterError:
+    return ParameterError(
+        f"--out '{out}': the folder '{out.parent}' has no room for the artifact (up to {num_bytes} "
+        f"bytes: {why}); free some space or choose another folder. Nothing was charged"
+    )
 
 
 def remove_stale_temporaries(folder: Path, *, older_than_s: float = STALE_TEMPORARY_AGE_S) -> list[Path]:

@@ -82,6 +82,7 @@ __all__ = [
     "PrivateSelectionSettings",
     "QueryKind",
     "build_task_vector",
+    "build_task_vectors_for_epsilons",
     "chunk_prompt",
     "iter_clipped_chunks",
     "plan_layout",
@@ -428,3 +429,76 @@ def _layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
 def _per_head_rows(per_layer: dict[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
     """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
     return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
+
+
+def build_task_vectors_for_epsilons(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet,
+    settings: BuildSettings,
+    *,
+    epsilons: Sequence[float],
+) -> list[BuildResult]:
+    """EXPERIMENTS ONLY (seeded noise): the build at each ε of ``epsilons`` from ONE extraction.
+
+    Result ``i`` is what :func:`build_task_vector` returns for ``replace(settings,
+    epsilon=epsilons[i])`` (nothing written): the seed fixes the partition and the noise draws, so
+    only σ differs — but the chunks go through the model once instead of once per ε (as the demo
+    does). Releasing one dataset at several ε composes; that is why the seeded mode is required.
+    """
+    if settings.insecure_seed is None or settings.non_private or settings.private_selection is not None:
+        raise ParameterError(
+            "several releases from one extraction are for seeded experiments with a fixed head set "
+            "(insecure_seed set, no private selection, not non-private): one dataset released at "
+            "several ε composes"
+        )
+    _validate(settings, records, heads)
+    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    settings = replace(
+        settings, max_prompt_tokens=resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
+    )
+    layout = plan_layout(loaded, records, heads, settings)
+    reference = reference_activations(loaded, heads, settings)
+    sums = ClippedSumAccumulator(_layer_dims(loaded, heads))
+    chunks = iter_clipped_chunks(
+        loaded, records, layout.release_part, heads, settings, reference, layout.l2_clip_norms
+    )
+    for clipped in chunks:
+        sums.add(clipped)
+    return [
+        _release_from_sums(loaded, heads, replace(settings, epsilon=e), layout, reference, sums)
+        for e in epsilons
+    ]
+
+
+def _release_from_sums(loaded, heads, settings, layout: BuildLayout, reference, sums) -> BuildResult:
+    """One seeded release of the clipped ``sums`` at ``settings.epsilon`` (a fresh sampler from the
+    seed, as a build at that ε would draw)."""
+    validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)
+    notes = _count_notes(layout.chunked, settings)
+    sampler = make_sampler(settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=True)
+    plan = _plan_release(settings, layout.l2_sensitivity, sampler, None)
+    notes += _weak_signal_notes(loaded, heads, plan, layout.l2_clip_norms)
+    release = ClippedSumAccumulator(sums.layer_dims)
+    release.merge(sums)  # a copy: ``mean`` finalises its accumulator
+    noised = add_gaussian_noise(
+        release.mean(num_chunks=layout.release_part.num_chunks), plan=plan, sampler=sampler
+    )
+    geometry = loaded.adapter.geometry
+    reference_rows = _per_head_rows(reference, heads, geometry.head_dim)
+    vector = TaskVector(
+        heads=heads,
+        values=(_per_head_rows(noised.layers, heads, geometry.head_dim) + reference_rows).astype(np.float32),
+        metadata=artifact_metadata(
+            loaded,
+            heads,
+            settings,
+            noised.plan,
+            layout.l2_clip_norms,
+            layout.release_part,
+            layout.chunked,
+            settings.head_selection,
+        ),
+        reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
+    )
+    return BuildResult(vector, None, layout.chunked.partition.num_unused, tuple(notes), None)

@@ -90,7 +90,7 @@ class ChunkPrompts(Sequence):
         query_question: str,
     ):
         self._records = records
-        self._chunks = [chunk for chunk in partition.chunks if len(chunk)]
+        self._chunks = partition.nonempty_chunks()
         self._shots = shots_per_chunk
         self._query, self._question = query, query_question
 

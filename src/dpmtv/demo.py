@@ -390,7 +390,9 @@ def _markdown(summary, shots, config, meta) -> str:
         f"never trained, learned from the demonstrations alone) × {len(config.seeds)} seeds; "
         f"N = {config.records_per_task} private records per task, {config.shots_per_chunk} per chunk "
         f"(m = {m}); {config.test_queries} test images per task; δ = {config.delta:g}. Accuracy = mean "
-        "over tasks, then mean ± 95% t-interval over seeds.",
+        "over tasks, then mean ± 95% t-interval over seeds [min–max over seeds].",
+        "",
+        RERUN_NOTE,
         "",
         "| method | ε | " + " | ".join(f"{GROUP_TITLES[g]} ({counts[g]})" for g in groups) + " |",
         "|---|---|" + "---|" * len(groups),
@@ -436,10 +438,22 @@ def _markdown(summary, shots, config, meta) -> str:
 
 
 def _plot(summary, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = privacy_utility_figure(summary)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def privacy_utility_figure(summary):
+    """DP-MTV against ε per task group, with zero-shot, ICL and MTV as reference lines, in the
+    styles every dpmtv figure uses (:mod:`dpmtv.plot_style`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from dpmtv.plot_style import epsilon_axis, method_label, method_style
 
     fig, axes = plt.subplots(1, len(summary), figsize=(6.0 * len(summary), 4.2), squeeze=False)
     for ax, (group, rows) in zip(axes[0], summary.items()):
@@ -448,23 +462,21 @@ def _plot(summary, path: Path) -> None:
             [r["epsilon"] for r in dp],
             [r["accuracy"] for r in dp],
             yerr=[r["ci95"] or 0 for r in dp],
-            marker="o",
             capsize=3,
-            label="DP-MTV",
+            label=method_label("dp-mtv"),
+            **method_style("dp-mtv").line(),
         )
-        styles = {"zero-shot": ("grey", ":"), "icl": ("tab:green", "--"), "mtv": ("tab:orange", "-.")}
-        for prefix, (colour, style) in styles.items():
+        for prefix in ("zero-shot", "icl", "mtv"):
             row = next(r for r in rows if r["method"].startswith(prefix))
-            ax.axhline(row["accuracy"], color=colour, linestyle=style, label=row["method"])
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ε (δ = 1e-5)")
+            style = method_style(row["method"]).reference()
+            ax.axhline(row["accuracy"], linewidth=1.4, label=method_label(row["method"]), **style)
+        epsilon_axis(ax, [r["epsilon"] for r in dp])
         ax.set_ylabel("accuracy (mean over tasks)")
-        ax.set_title(f"Embedded model: {GROUP_TITLES[group]}")
+        ax.set_title(f"Embedded model: {GROUP_TITLES[group]} (δ = 1e-5)")
         ax.set_ylim(0, 1)
         ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def _plot_shots(shots, summary, path: Path) -> None:
@@ -474,6 +486,8 @@ def _plot_shots(shots, summary, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from dpmtv.plot_style import method_label, method_style
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     colours = {"seen": "tab:blue", "held_out": "tab:red"}
@@ -490,12 +504,13 @@ def _plot_shots(shots, summary, path: Path) -> None:
             label=f"ICL, {GROUP_TITLES[group]}",
         )
         reference = summary.get(group, [])
-        for prefix, style in (("zero-shot", ":"), ("mtv", "-.")):
+        for prefix in ("zero-shot", "mtv"):  # the method's line style, the group's colour
             row = next((r for r in reference if r["method"].startswith(prefix)), None)
             if row is not None:
+                style = method_style(prefix).linestyle
                 ax.axhline(row["accuracy"], color=colours[group], linestyle=style, alpha=0.6, linewidth=1)
-    ax.plot([], [], color="grey", linestyle=":", label="zero-shot")
-    ax.plot([], [], color="grey", linestyle="-.", label="MTV (non-private)")
+    for prefix in ("zero-shot", "mtv"):
+        ax.plot([], [], color="grey", linestyle=method_style(prefix).linestyle, label=method_label(prefix))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("demonstrations in the prompt")
@@ -508,13 +523,22 @@ def _plot_shots(shots, summary, path: Path) -> None:
     plt.close(fig)
 
 
+RERUN_NOTE = (
+    "Rerunning gives other numbers: the seeds fix the records, test images and ICL demonstrations, "
+    "but every run draws a fresh partition (MTV, DP-MTV) and fresh noise (DP-MTV). [min–max] is the "
+    "spread over this run's seeds, a guide to how far a rerun may move."
+)
+
+
 def _group_cells(summary: dict[str, list[dict]], row: dict) -> list[str]:
-    """``accuracy ± CI`` of ``row``'s method and ε in each group of ``summary``."""
+    """``accuracy ± CI [min–max over seeds]`` of ``row``'s method and ε in each group."""
     cells = []
     for rows in summary.values():
         match = next(r for r in rows if (r["method"], r["epsilon"]) == (row["method"], row["epsilon"]))
         ci = f" ± {match['ci95']:.3f}" if match["ci95"] is not None else ""
-        cells.append(f"{match['accuracy']:.3f}{ci}")
+        per_seed = match.get("per_seed") or []
+        spread = f" [{min(per_seed):.3f}–{max(per_seed):.3f}]" if len(per_seed) > 1 else ""
+        cells.append(f"{match['accuracy']:.3f}{ci}{spread}")
     return cells
 
 
@@ -529,11 +553,12 @@ def _print_summary(console, summary, config, releases, num_chunks, artifact) -> 
     table.add_column("ε")
     for g in groups:
         n = sum(get_task(t).held_out == GROUPS[g] for t in config.tasks)
-        table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI")
+        table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI [seed min–max]")
     for row in summary[groups[0]]:
         cells = _group_cells(summary, row)
         table.add_row(row["method"], "—" if row["epsilon"] is None else f"{row['epsilon']:g}", *cells)
     console.print(table)
+    console.print(RERUN_NOTE, highlight=False)
     if 1.0 in config.epsilons:
         for g in groups:
             kept = gain_kept(summary[g])

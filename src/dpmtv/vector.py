@@ -150,7 +150,10 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     os.close(handle)
     try:
         text = metadata.model_dump_json()
-        save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
+        try:
+            save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
+        except SafetensorError as exc:  # its I/O errors (a full disk) are OS errors to the caller
+            raise OSError(f"cannot write '{path}': {exc}") from exc
         os.chmod(temporary, default_file_mode())  # mkstemp's 0600 would hide it from the group
         os.replace(temporary, path)
     except BaseException:

@@ -23,7 +23,9 @@ def test_greedy_selection_is_written_and_readable_by_heads(planted_checkpoint, p
     assert result.exit_code == 0, result.output
     saved = SelectionResult.load(tmp_path / "heads.json")
     assert saved.heads == HeadSet.of(PLANTED) and saved.method == "greedy+best-of"
-    assert "greedy+best-of" in result.output and "heads" in json.loads((tmp_path / "heads.json").read_text())
+    assert "heads" in json.loads((tmp_path / "heads.json").read_text())
+    words = " ".join(result.output.split())
+    assert "greedy's heads kept" in words and "won:" not in words
 
 
 @pytest.mark.parametrize(
@@ -43,4 +45,25 @@ def test_errors_are_one_line_with_exit_code_2(planted_checkpoint, public_path, t
     result = _select(planted_checkpoint, public_path, tmp_path / "h.json", "--pool", "heads:9.0")
     assert result.exit_code == 2 and "layer 9 does not exist" in result.output
     result = _select(planted_checkpoint, public_path, tmp_path / "h.json", "--method", "scored", "--k", "99")
-    assert result.exit_code == 2 and "k must be in [1, 8]" in result.output
+    assert result.exit_code == 2 and "--k 99 is more than the 8 candidate heads" in " ".join(
+        result.output.split()
+    )
+    result = _select(planted_checkpoint, public_path, tmp_path / "h.json", "--method", "greedy", "--k", "9")
+    assert result.exit_code == 2 and "choose --k <= 8" in " ".join(result.output.split())
+
+
+def test_the_report_says_when_compare_replaced_the_methods_heads():
+    from dpmtv.cli.select import _comparison_text
+
+    result = SelectionResult(
+        heads=HeadSet.of([(0, 0), (0, 1)]),
+        method="greedy+best-of",
+        candidates={"greedy": -2.5, "layers:0-0": -1.0, "all": -3.0},
+        chosen="layers:0-0",
+    )
+    text = _comparison_text(result, "greedy")
+    assert "saved heads are 'layers:0-0', NOT greedy's" in text and "--no-compare" in text
+    kept = SelectionResult(
+        heads=result.heads, method="greedy+best-of", candidates=result.candidates, chosen="greedy"
+    )
+    assert _comparison_text(kept, "greedy").startswith("greedy's heads kept")

@@ -160,3 +160,45 @@ def test_invalid_arguments_name_the_value(planted_search, tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(HeadSpecError, match="not a dpmtv head selection"):
         SelectionResult.load(tmp_path / "x.json")
+
+
+@pytest.fixture
+def recorded_bars(monkeypatch):
+    """The progress bars a search opens: (module, description, total, advances)."""
+    from contextlib import contextmanager
+
+    import dpmtv.selection._greedy
+    import dpmtv.selection._scored
+
+    bars = []
+
+    def recorder(module):
+        @contextmanager
+        def progress_bar(description, total, *, enabled=True):
+            bar = {"module": module, "description": description, "total": total, "advances": []}
+            bars.append(bar)
+            yield bar["advances"].append
+
+        return progress_bar
+
+    monkeypatch.setattr(dpmtv.selection._greedy, "progress_bar", recorder("greedy"))
+    monkeypatch.setattr(dpmtv.selection._scored, "progress_bar", recorder("scored"))
+    return bars
+
+
+def test_greedy_progress_moves_within_each_step(planted_search, recorded_bars):
+    greedy(planted_search, max_heads=2, progress=False)
+    (bar,) = recorded_bars
+    queries = planted_search.train.num_queries
+    assert bar["total"] == 2 * queries and queries > 1
+    assert bar["advances"] == [1] * len(bar["advances"]) and len(bar["advances"]) == 2 * queries
+
+
+@pytest.mark.parametrize("estimate", ["exact", "attribution"])
+def test_scored_shows_progress(planted_search, recorded_bars, estimate):
+    scored(planted_search, k=2, estimate=estimate, batch_size=2)
+    (bar,) = recorded_bars
+    assert bar["module"] == "scored" and sum(bar["advances"]) == bar["total"] == len(
+        planted_search.task.train
+    )
+    assert len(bar["advances"]) > 1

@@ -97,15 +97,15 @@ import torch
 from scipy import stats
 
 from dpmtv._progress import progress_bar
-from dpmtv.build import BuildSettings, build_task_vector, chunk_prompt
+from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import PatchMode
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompts import Example, Prompt, zero_shot
+from dpmtv.public_clip import public_clip_norms
 from dpmtv.vector import TaskVector
 
 __all__ = [
@@ -352,36 +352,6 @@ def _embedded_records(generator, task, count: int, rng: np.random.Generator, rol
         )
         for i, (image, answer) in enumerate(zip(sampled.images, sampled.answers, strict=True))
     ]
-
-
-def public_clip_norms(
-    loaded: LoadedModel,
-    public: Sequence[Record],
-    heads: HeadSet,
-    *,
-    shots_per_chunk: int,
-    query: str = "record",
-    query_question: str = "What is the answer?",
-    quantile: float = 0.5,
-    batch_size: int = 4,
-) -> tuple[float, ...]:
-    """Per-layer clip norms from PUBLIC records (docs/design.md §2): the ``quantile`` of the selected
-    heads' chunk-vector L2 norms over chunks of ``shots_per_chunk`` public records, in sorted
-    layer order (the order :func:`dpmtv.privacy.parse_l2_clip_norms` expects)."""
-    if not 0.0 < quantile <= 1.0:
-        raise ParameterError(f"clip quantile must be in (0, 1], got {quantile!r}")
-    size = shots_per_chunk
-    if len(public) < size:
-        raise RecordError(f"{len(public)} public records cannot fill one chunk of {size}")
-    prompts = [
-        chunk_prompt(public[start : start + size], query=query, query_question=query_question)
-        for start in range(0, len(public) - size + 1, size)
-    ]
-    norms: dict[int, list[np.ndarray]] = {}
-    for batch in iter_batches(prompts, batch_size):
-        for layer, values in extract_selected_heads(loaded.adapter, batch, heads).items():
-            norms.setdefault(layer, []).append(np.linalg.norm(values, axis=1))  # (B,)
-    return tuple(float(np.quantile(np.concatenate(norms[layer]), quantile)) for layer in sorted(norms))
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,6 +107,16 @@ def float_list(ctx, param, value: str | None) -> tuple[float, ...] | None:
         raise click.BadParameter(f"'{value}' is not a number or comma-separated numbers") from None
 
 
+def clip_norms_or_auto(ctx, param, value: str | None) -> str | tuple[float, ...] | None:
+    """Click callback: 'auto' (chosen from public data) or '1.5' / '1,2,3' → a tuple of floats."""
+    if value is None or value.strip() == "auto":
+        return None if value is None else "auto"
+    try:
+        return tuple(float(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not 'auto', a number or comma-separated numbers") from None
+
+
 def guarantee_text(privacy) -> str:
     """The one line that states what a vector guarantees (rich markup)."""
     p = privacy

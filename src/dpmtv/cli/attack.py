@@ -7,17 +7,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import console, err_console
-
-
-def _clip_norms(ctx, param, value: str | None):
-    """'auto' (from public data) or one/comma-separated floats."""
-    if value is None or value.strip() == "auto":
-        return value
-    try:
-        return tuple(float(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"'{value}' is not 'auto', a number or comma-separated numbers") from None
+from dpmtv.cli._common import clip_norms_or_auto, console, err_console
+from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 
 
 @click.command(name="attack")
@@ -60,7 +51,7 @@ def _clip_norms(ctx, param, value: str | None):
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ of the DP-MTV build.")
 @click.option(
     "--l2-clip-norm",
-    callback=_clip_norms,
+    callback=clip_norms_or_auto,
     required=True,
     help="C per layer (one or one per layer), or 'auto': the --clip-quantile of chunk-vector norms "
     "on public records (embedded: generated; files: --public-data).",
@@ -75,7 +66,13 @@ def _clip_norms(ctx, param, value: str | None):
     show_default=True,
     help="Embedded mode: public records (for 'auto' clip norms; --shadow raises it to --num-members).",
 )
-@click.option("--clip-quantile", type=float, default=0.5, show_default=True, help="For --l2-clip-norm auto.")
+@click.option(
+    "--clip-quantile",
+    type=float,
+    default=DEFAULT_CLIP_QUANTILE,
+    show_default=True,
+    help="For --l2-clip-norm auto.",
+)
 @click.option("--shots-per-chunk", type=int, required=True, help="Records per chunk s of the build.")
 @click.option("--query", default="record", show_default=True, help="Chunk query of the build, as for build.")
 @click.option(
@@ -219,7 +216,7 @@ def _data(options):
 
 
 def _auto_clip(loaded, heads, public, options) -> tuple[float, ...]:
-    from dpmtv.audit.membership import public_clip_norms
+    from dpmtv.public_clip import public_clip_norms
 
     norms = public_clip_norms(
         loaded,

@@ -124,8 +124,8 @@ def _print_overview(statuses, path) -> None:
             f"{s.neighbouring_relation} per {s.privacy_unit}",
             f"{s.epsilon_budget:g}",
             f"{s.delta:g}",
-            f"{s.epsilon_spent:.4g}",
-            f"{s.epsilon_headroom:.4g}",
+            _epsilon_text(s.epsilon_spent),
+            _epsilon_text(s.epsilon_headroom),
             str(len(s.charges)),
         )
     console.print(table)
@@ -143,20 +143,20 @@ def _print_dataset(status, path) -> None:
         )
     summary.add_row("budget", f"ε = {status.epsilon_budget:g} at δ = {status.delta:g}")
     summary.add_row("relation", f"{status.neighbouring_relation} per {status.privacy_unit}")
-    summary.add_row("spent (PLD composition)", f"ε = {status.epsilon_spent:.6g}")
-    summary.add_row("remaining", f"ε = {status.epsilon_headroom:.6g}")
-    summary.add_row("created", status.created_at)
+    summary.add_row("spent (PLD composition)", f"ε = {_epsilon_text(status.epsilon_spent)}")
+    summary.add_row("remaining", f"ε = {_epsilon_text(status.epsilon_headroom)}")
+    summary.add_row("created", _time_text(status.created_at))
     console.print(summary)
     charges = Table(title="charges")
     for column in ("#", "charged at", "ε after", "written"):
-        charges.add_column(column)
+        charges.add_column(column, no_wrap=True, overflow="fold")  # a cut timestamp is no timestamp
     for index, charge in enumerate(status.charges, start=1):
         charges.add_row(
             str(index),
-            charge.charged_at,
-            f"{charge.epsilon_after:.4g}"
+            _time_text(charge.charged_at),
+            _epsilon_text(charge.epsilon_after)
             + (" (parallel)" if isinstance(charge.event, DisjointReleases) else ""),
-            charge.written_at or "[yellow]not written[/]",
+            _time_text(charge.written_at) if charge.written_at else "[yellow]not written[/]",
         )
     console.print(charges)
     _print_artifacts("charge", status.charges)
@@ -164,7 +164,9 @@ def _print_dataset(status, path) -> None:
         console.print("[bold red]voids[/] (builds without a privacy guarantee):")
         for index, void in enumerate(status.voids, start=1):
             console.print(
-                f"  void #{index} at {void.voided_at}: {void.reason}", soft_wrap=True, highlight=False
+                f"  void #{index} at {_time_text(void.voided_at)}: {void.reason}",
+                soft_wrap=True,
+                highlight=False,
             )
         _print_artifacts("void", status.voids)
 
@@ -178,3 +180,17 @@ def _print_artifacts(kind, entries) -> None:
             soft_wrap=True,
             highlight=False,
         )
+
+
+def _epsilon_text(epsilon: float) -> str:
+    """Every ε of the ledger (spent, remaining, after a charge) with the same four decimals."""
+    return f"{epsilon:.4f}"
+
+
+def _time_text(stamp: str) -> str:
+    """A stored ISO timestamp in UTC to the second, e.g. '2026-12-01 14:01:32 UTC' (``--json``
+    keeps the stored microseconds)."""
+    from datetime import datetime, timezone
+
+    moment = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

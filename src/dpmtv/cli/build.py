@@ -2,22 +2,31 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from dpmtv._output_path import check_not_an_input, check_output_path, prepare_output_folder
+from dpmtv._output_path import (
+    artifact_size_bound,
+    check_not_an_input,
+    check_output_path,
+    check_output_space,
+    prepare_output_folder,
+)
 from dpmtv.cli._common import (
+    clip_norms_or_auto,
     console,
     err_console,
-    float_list,
     model_options,
     print_vector_summary,
     print_warning,
 )
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import ParameterError
+from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="build")
@@ -72,14 +81,30 @@ from dpmtv.errors import ParameterError
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ in (0, 1); keep it below 1/N.")
 @click.option(
     "--l2-clip-norm",
-    callback=float_list,
-    required=True,
-    help="Per-layer L2 clip norm C: one value, or one per released layer (comma-separated).",
+    callback=clip_norms_or_auto,
+    default=f"{DEFAULT_L2_CLIP_NORM:g}",
+    show_default=True,
+    help="Per-layer L2 clip norm C: one value, one per released layer (comma-separated), or 'auto': "
+    "per layer, the --clip-quantile of the released heads' norms on chunks of --public-data records "
+    "(public, so the chosen C costs no privacy; it is printed and stored in the artifact).",
+)
+@click.option(
+    "--public-data",
+    type=click.Path(path_type=Path),
+    help="Public records (never the private ones) for --l2-clip-norm auto.",
+)
+@click.option(
+    "--clip-quantile",
+    type=float,
+    default=DEFAULT_CLIP_QUANTILE,
+    show_default=True,
+    help="With --l2-clip-norm auto: the quantile of the public chunk norms taken as C.",
 )
 @click.option(
     "--shots-per-chunk",
     type=int,
-    required=True,
+    default=DEFAULT_SHOTS_PER_CHUNK,
+    show_default=True,
     help="Records per chunk s; m = floor(N/s) chunks. With --query record, s-1 are demonstrations.",
 )
 @click.option(
@@ -232,6 +257,8 @@ def command(
     ledger_timeout_s,
     force,
     void_budget,
+    public_data,
+    clip_quantile,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
@@ -246,6 +273,7 @@ def command(
         )
     if (head_spec is None) == (heads_from is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
+    _check_auto_clip(l2_clip_norm, public_data, heads_from)
     void_reason = _void_reason(non_private, insecure_seed, dataset, void_budget)
     if not ledger_timeout_s >= 0:
         raise ParameterError(f"--ledger-timeout must be >= 0 seconds, got {ledger_timeout_s}")
@@ -258,7 +286,7 @@ def command(
         check_ledger_writable(ledger[0], timeout_s=ledger_timeout_s, on_wait=print_warning)
     records = load_records(data_path)
     check_not_an_input(out, _image_paths(records), "an image of a record")
-    _check_public_inputs(records, heads_from, center, query)
+    _check_public_inputs(records, heads_from, center, query, public_data)
     prepare_output_folder(out)
     loaded = load_model(model_path, dtype=dtype, device=device)
     private_selection = None
@@ -284,7 +312,7 @@ def command(
     settings = BuildSettings(
         epsilon=math.inf if non_private else epsilon,
         delta=delta,
-        l2_clip_norm=l2_clip_norm,
+        l2_clip_norm=(1.0,) if l2_clip_norm == "auto" else l2_clip_norm,  # auto: chosen just below
         shots_per_chunk=shots_per_chunk,
         neighbouring_relation=neighbouring_relation,
         num_chunks=num_chunks,
@@ -303,6 +331,16 @@ def command(
         head_selection=head_selection,
         progress=not quiet,
         max_prompt_tokens=max_prompt_tokens,
+    )
+    if l2_clip_norm == "auto":
+        settings = replace(
+            settings,
+            l2_clip_norm=_auto_clip_norms(loaded, heads, public_data, clip_quantile, settings, quiet=quiet),
+        )
+    num_heads = len(heads.pairs) if heads is not None else select_k
+    geometry = loaded.adapter.geometry
+    check_output_space(
+        out, artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=center != "none")
     )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
     try:
@@ -346,6 +384,49 @@ def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, poo
             f"--heads-from '{heads_from}' is not 'public:FILE', 'private' or a saved selection file"
         )
     return result.heads.check(geometry), result.to_metadata()
+
+
+def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
+    """'auto' needs public records and a head set known before the build (not a private pick)."""
+    if l2_clip_norm == "auto" and public_data is None:
+        raise ParameterError(
+            "--l2-clip-norm auto chooses C from public records: add --public-data FILE (public records, "
+            "never the private ones), or give C as a number"
+        )
+    if l2_clip_norm != "auto" and public_data is not None:
+        raise ParameterError("--public-data is used only with --l2-clip-norm auto")
+    if l2_clip_norm == "auto" and heads_from == "private":
+        raise ParameterError(
+            "--l2-clip-norm auto needs the released heads before the build, but --heads-from private "
+            "picks them from the private data: give C as a number (one per pool layer)"
+        )
+
+
+def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -> tuple[float, ...]:
+    """C per released layer from the PUBLIC records alone, centred as the build centres."""
+    from dpmtv.build import reference_activations
+    from dpmtv.data import load_records
+    from dpmtv.public_clip import public_clip_norms
+
+    public = load_records(public_data)
+    norms = public_clip_norms(
+        loaded,
+        public,
+        heads,
+        shots_per_chunk=settings.shots_per_chunk,
+        query=settings.query_source,
+        query_question=settings.query_question,
+        quantile=quantile,
+        batch_size=settings.batch_size,
+        reference=reference_activations(loaded, heads, settings),
+    )
+    if not quiet:
+        err_console.print(
+            f"--l2-clip-norm auto: C per layer from {len(public)} public records (quantile {quantile:g}): "
+            + ", ".join(f"layer {layer}: {c:.4g}" for layer, c in zip(heads.layers, norms, strict=True)),
+            highlight=False,
+        )
+    return norms
 
 
 def _protected_paths(data_path, ledger) -> dict[str, Path]:
@@ -414,11 +495,11 @@ def _check_dataset(book, dataset, neighbouring_relation, privacy_unit, void_reas
         book.check_dataset(dataset, neighbouring_relation=neighbouring_relation, privacy_unit=privacy_unit)
 
 
-def _check_public_inputs(records, heads_from, center, query) -> None:
+def _check_public_inputs(records, heads_from, center, query, public_data) -> None:
     """Public files that must not hold private records, checked before any forward pass."""
     from dpmtv.data.overlap import check_public_inputs
 
-    public_records = {}
+    public_records = {} if public_data is None else {"--public-data": public_data}
     if heads_from is not None and heads_from.startswith("public:"):
         public_records["--heads-from"] = heads_from[len("public:") :]
     if center not in ("none", "blank"):

@@ -6,6 +6,7 @@ import click
 
 from dpmtv.cli._common import console, err_console, float_list, model_options
 from dpmtv.errors import ParameterError
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="eval")
@@ -45,21 +46,32 @@ from dpmtv.errors import ParameterError
     help="ε values of the private methods.",
 )
 @click.option("--seeds", type=int, default=3, show_default=True, help="Number of seeds (0 … n−1).")
-@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option(
+    "--delta",
+    type=float,
+    default=1e-5,
+    show_default=True,
+    help="δ of every private method; keep it below 1/N.",
+)
 @click.option(
     "--heads",
     "head_spec",
-    help="Head set for mtv / dp-mtv: 'all', 'layers:A-B', 'heads:L.H,...' or a JSON file.",
+    help="Head set for mtv / dp-mtv — REQUIRED whenever --methods has mtv or dp-mtv (the default "
+    "does): 'all', 'layers:A-B', 'heads:L.H,...' or a JSON file (e.g. a selection saved by `dpmtv select`).",
 )
 @click.option(
     "--l2-clip-norm",
-    default="1.0",
+    default=f"{DEFAULT_L2_CLIP_NORM:g}",
     show_default=True,
     callback=float_list,
-    help="DP-MTV per-layer clip norm(s).",
+    help="DP-MTV per-layer clip norm(s) C, as for `dpmtv build` (same default).",
 )
 @click.option(
-    "--shots-per-chunk", type=int, default=4, show_default=True, help="DP-MTV / MTV records per chunk."
+    "--shots-per-chunk",
+    type=int,
+    default=DEFAULT_SHOTS_PER_CHUNK,
+    show_default=True,
+    help="DP-MTV / MTV records per chunk s, as for `dpmtv build` (same default).",
 )
 @click.option(
     "--dp-icl-max-chunks",
@@ -86,8 +98,20 @@ from dpmtv.errors import ParameterError
     show_default=True,
     help="Seed of the pool/query subsets (fixed for a run).",
 )
-@click.option("--max-new-tokens", type=int, default=10, show_default=True)
-@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Tokens generated per answer (answers are scored after normalisation, docs/eval.md).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Prompts per forward pass for queries and public prompts (private chunks always run one per pass).",
+)
 @click.option(
     "--context-limit",
     "--max-prompt-tokens",
@@ -111,6 +135,11 @@ def command(**options):
     o = options
     methods = parse_methods(o["methods"])
     check_non_private(methods, allow_non_private=o["non_private"])  # before any loading
+    if o["head_spec"] is None and any(spec.kind in ("mtv", "dp-mtv") for spec in methods):
+        raise click.UsageError(
+            "--heads is required with mtv or dp-mtv in --methods: e.g. --heads layers:0-3, or a "
+            "selection saved by `dpmtv select`"
+        )
     if o["seeds"] < 1:
         raise ParameterError(f"--seeds must be >= 1, got {o['seeds']}")
     benchmark = _benchmark(o)

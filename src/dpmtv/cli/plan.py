@@ -6,6 +6,7 @@ import click
 
 from dpmtv.cli._common import console, float_list
 from dpmtv.errors import ParameterError
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="plan")
@@ -25,14 +26,18 @@ from dpmtv.errors import ParameterError
 @click.option("--num-records", type=click.IntRange(min=1), help="N (replace-one: m = floor(N/s)).")
 @click.option("--num-chunks", type=click.IntRange(min=1), help="Public m (add-remove-one, user level).")
 @click.option(
-    "--shots-per-chunk", type=click.IntRange(min=1), default=8, show_default=True, help="Records per chunk s."
+    "--shots-per-chunk",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SHOTS_PER_CHUNK,
+    show_default=True,
+    help="Records per chunk s.",
 )
 @click.option("--epsilon", type=float, required=True, help="Privacy budget ε (> 0).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ in (0, 1).")
 @click.option(
     "--l2-clip-norm",
     callback=float_list,
-    default="5",
+    default=f"{DEFAULT_L2_CLIP_NORM:g}",
     show_default=True,
     help="C: one value or one per layer (comma-separated).",
 )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from dpmtv.cli._common import console, model_options
+from dpmtv.errors import ParameterError
 
 
 @click.command(name="select")
@@ -97,6 +99,8 @@ def command(
 
     records = load_records(data_path)
     loaded = load_model(model_path, dtype=dtype, device=device)
+    pool = parse_head_spec(pool_spec, loaded.adapter.geometry)
+    _check_k(k, pool, pool_spec, loaded.adapter.geometry)
     result = select_public(
         loaded,
         records,
@@ -105,7 +109,7 @@ def command(
         k=k,
         steps=steps,
         seed=seed,
-        pool=parse_head_spec(pool_spec, loaded.adapter.geometry),
+        pool=pool,
         compare_candidates=compare,
         metric=metric,
         estimate=estimate,
@@ -119,15 +123,42 @@ def command(
     _print_summary(result, path)
 
 
+def _check_k(k, pool, pool_spec, geometry) -> None:
+    """--k against the candidate pool, before the public means are computed."""
+    if k is None:
+        return
+    if k < 1:
+        raise ParameterError(f"--k must be at least 1, got {k}")
+    if k > len(pool):
+        raise ParameterError(
+            f"--k {k} is more than the {len(pool)} candidate heads of --pool {pool_spec!r} (the model "
+            f"has {geometry.num_layers} layers × {geometry.num_heads} heads); choose --k <= {len(pool)}"
+        )
+
+
 def _print_summary(result, path) -> None:
     table = Table(title=f"head selection {path}", show_header=False)
     heads = ", ".join(f"{layer}.{head}" for layer, head in result.heads.pairs)
-    rows = [
-        ("method", result.method + (f" (won: {result.chosen})" if result.chosen else "")),
-        ("heads", f"{len(result.heads)}: {heads}"),
+    method = result.method.removesuffix("+best-of")
+    rows = [("method", method)]
+    if result.chosen is not None:
+        rows.append(("--compare", _comparison_text(result, method)))
+    rows += [
+        ("heads saved", f"{len(result.heads)}: {heads}"),
         (f"public dev {result.metric}", f"{result.dev_metric:.4g}"),
         ("time", f"{result.seconds:.1f} s"),
     ]
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, escape(value))
     console.print(table)
+
+
+def _comparison_text(result, method: str) -> str:
+    """What --compare did: kept the method's heads, or replaced them with a candidate set."""
+    scores = ", ".join(f"{name} {value:.4g}" for name, value in result.candidates.items())
+    if result.chosen == method:
+        return f"{method}'s heads kept: best on the public dev queries ({scores})"
+    return (
+        f"the candidate '{result.chosen}' beat {method}'s heads on the public dev queries ({scores}), "
+        f"so the saved heads are '{result.chosen}', NOT {method}'s; --no-compare keeps {method}'s"
+    )

@@ -52,6 +52,7 @@ from dpmtv.eval.generation import (
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompts import Prompt
+from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
@@ -133,8 +134,8 @@ def check_non_private(methods: tuple[MethodSpec, ...], *, allow_non_private: boo
     if offending and not allow_non_private:
         raise DangerousModeError(
             f"method(s) {', '.join(offending)} read the private demonstrations without noise "
-            "(ε = ∞, NO privacy guarantee); pass --non-private (allow_non_private=True) to run "
-            "them as labelled non-private baselines"
+            "(ε = ∞, NO privacy guarantee); add --non-private to run them as labelled non-private "
+            "baselines"
         )
 
 
@@ -146,8 +147,8 @@ class EvalSettings:
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     seeds: tuple[int, ...] = (0, 1, 2)
     delta: float = 1e-5
-    l2_clip_norm: tuple[float, ...] = (1.0,)
-    shots_per_chunk: int = 4  # DP-MTV / MTV records per chunk
+    l2_clip_norm: tuple[float, ...] = (DEFAULT_L2_CLIP_NORM,)
+    shots_per_chunk: int = DEFAULT_SHOTS_PER_CHUNK  # DP-MTV / MTV records per chunk (as `build`)
     dp_icl_max_chunks: int | None = None
     neighbouring_relation: str = "replace-one"  # DP-MTV's; DP-ICL rows carry their own
     max_new_tokens: int = 10
@@ -158,6 +159,11 @@ class EvalSettings:
     queries_repeats: int = 20
     context_limit: int | None = None
     progress: bool = True
+
+    @property
+    def evaluated_epsilons(self) -> list[float]:
+        """The requested ε plus the queries-plot budget (DP-MTV's flat line needs a run there)."""
+        return sorted(set(self.epsilons) | {self.queries_epsilon})
 
     def to_json(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "methods"}
@@ -175,6 +181,7 @@ class MethodContext:
     head_spec: str | None
     progress: Callable[[str, int], Any]  # (description, total) -> context manager yielding advance
     examples: ExampleCache = field(default_factory=ExampleCache)
+    dp_mtv_builds: dict[int, dict[float, Any]] = field(default_factory=dict)  # seed -> ε -> BuildResult
 
     def queries(self):
         return [self.examples(r, with_answer=False) for r in self.benchmark.test]
@@ -298,8 +305,8 @@ def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> Artifa
 def _vector_heads(ctx: MethodContext) -> HeadSet:
     if ctx.heads is None:
         raise ParameterError(
-            "mtv and dp-mtv need a head set: pass --heads SPEC (public head selection, "
-            "dpmtv.selection, is not available to the evaluation yet)"
+            "mtv and dp-mtv need a head set: pass --heads ('all', 'layers:A-B', 'heads:L.H,...', or a "
+            "selection saved by `dpmtv select`)"
         )
     return ctx.heads
 
@@ -308,16 +315,43 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     """Build with the run's seeded partition and noise, then answer.
 
     The build seed depends on the run seed only, so at one seed every ε shares the partition
-    and the standard-normal noise direction (common random numbers across ε). Seeded noise makes
+    and the standard-normal noise direction (common random numbers across ε). The chunks of a
+    seed are therefore extracted once, at its first ε, and released at every evaluated ε
+    (:func:`dpmtv.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
     these builds experiments at the σ of (ε, δ), not private releases."""
-    from dpmtv.build import BuildSettings, build_task_vector
+    from dpmtv.build import build_task_vectors_for_epsilons
     from dpmtv.inference import answer_queries
 
     s = ctx.settings
-    heads = _vector_heads(ctx)
+    if seed not in ctx.dp_mtv_builds:
+        epsilons = s.evaluated_epsilons
+        builds = build_task_vectors_for_epsilons(
+            ctx.loaded,
+            ctx.benchmark.train,
+            _vector_heads(ctx),
+            _dp_mtv_settings(ctx, seed),
+            epsilons=epsilons,
+        )
+        ctx.dp_mtv_builds[seed] = dict(zip(epsilons, builds, strict=True))
+    result = ctx.dp_mtv_builds[seed].pop(epsilon)
+    answers = answer_queries(
+        ctx.loaded,
+        ctx.queries(),
+        vector=result.vector,
+        max_new_tokens=s.max_new_tokens,
+        batch_size=s.batch_size,
+    )
+    return MethodOutput(_clean(answers), _build_details(result))
+
+
+def _dp_mtv_settings(ctx: MethodContext, seed: int):
+    """The build settings of a seed (ε is set per release)."""
+    from dpmtv.build import BuildSettings
+
+    s = ctx.settings
     add_remove = s.neighbouring_relation == "add-remove-one"
-    settings = BuildSettings(
-        epsilon=epsilon,
+    return BuildSettings(
+        epsilon=s.evaluated_epsilons[0],
         delta=s.delta,
         l2_clip_norm=s.l2_clip_norm,
         shots_per_chunk=s.shots_per_chunk,
@@ -331,15 +365,6 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
         progress=s.progress,
         max_prompt_tokens=s.context_limit,
     )
-    result = build_task_vector(ctx.loaded, ctx.benchmark.train, heads, settings)
-    answers = answer_queries(
-        ctx.loaded,
-        ctx.queries(),
-        vector=result.vector,
-        max_new_tokens=s.max_new_tokens,
-        batch_size=s.batch_size,
-    )
-    return MethodOutput(_clean(answers), _build_details(result))
 
 
 def _build_details(result) -> dict[str, Any]:

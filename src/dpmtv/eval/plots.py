@@ -11,13 +11,17 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dpmtv.eval.runner import EvalResults  # noqa: E402
-
-_REFERENCE_STYLES = {"no private data": ("grey", "--"), "non-private": ("tab:red", ":")}
+from dpmtv.plot_style import epsilon_axis, method_label, method_style  # noqa: E402
 
 
 def plot_privacy_utility(results: EvalResults, summary: list[dict], path: Path) -> Path:
+    return _save(privacy_utility_figure(results, summary), path)
+
+
+def privacy_utility_figure(results: EvalResults, summary: list[dict]):
     """Private methods as mean ± 95% CI over seeds against ε (log scale); zero-shot and the
-    non-private methods (MTV, ICL) as labelled horizontal reference lines."""
+    non-private methods (MTV, ICL) as labelled horizontal reference lines. Styles and labels:
+    :mod:`dpmtv.plot_style`."""
     metric = results.primary_metric
     rows = [r for r in summary if r["metric"] == metric]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -27,39 +31,44 @@ def plot_privacy_utility(results: EvalResults, summary: list[dict], path: Path) 
             [r["epsilon"] for r in mine],
             [r["mean"] for r in mine],
             yerr=[r["ci95_half_width"] or 0.0 for r in mine],
-            marker="o",
             capsize=3,
-            label=_private_label(mine[0], results),
+            alpha=0.85,
+            label=_label(method, mine[0].get("neighbouring_relation")),
+            **method_style(method).line(),
         )
     _reference_lines(ax, rows)
-    ax.set_xscale("log")
-    epsilons = results.config["epsilons_evaluated"]
-    ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
-    ax.minorticks_off()
-    ax.set_xlabel("privacy budget ε (log scale)")
+    epsilon_axis(ax, results.config["epsilons_evaluated"])
     ax.set_ylabel(f"{metric} (mean ± 95% CI over seeds)")
     ax.set_title(f"{results.benchmark['name']}: privacy-utility trade-off (δ = {results.config['delta']:g})")
-    return _save(fig, ax, path)
+    num_test = results.benchmark["num_test"]
+    _footnote(
+        fig, f"DP-MTV: one release, any number of queries; DP-ICL: ε is the total over {num_test} queries"
+    )
+    return fig
 
 
-def _private_label(row: dict, results: EvalResults) -> str:
-    relation = row.get("neighbouring_relation") or "?"
-    if row["method"].startswith("dp-icl"):
-        return f"{row['display']}, ε total over {results.benchmark['num_test']} queries, {relation}"
-    return f"{row['display']}, any number of queries, {relation}"
+def _label(method: str, relation: str | None) -> str:
+    """The same legend label for a method in every figure (its relation when it has one)."""
+    return method_label(method) + (f", {relation}" if relation else "")
 
 
 def _reference_lines(ax, rows: list[dict]) -> None:
     for row in rows:
         if row["privacy"] == "private" or row["mean"] is None or math.isnan(row["mean"]):
             continue
-        color, style = _REFERENCE_STYLES[row["privacy"]]
-        color = "tab:purple" if row["method"].startswith("icl") else color
-        label = row["display"] + (" (no private data)" if row["privacy"] == "no private data" else "")
-        ax.axhline(row["mean"], color=color, linestyle=style, linewidth=1.2, label=label)
+        ax.axhline(
+            row["mean"],
+            linewidth=1.4,
+            label=method_label(row["method"]),
+            **method_style(row["method"]).reference(),
+        )
 
 
 def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
+    return _save(queries_figure(results, summary), path)
+
+
+def queries_figure(results: EvalResults, summary: list[dict]):
     """DP-ICL's accuracy at the per-query noise a total budget allows for Q queries, vs DP-MTV's
     flat line (its queries are free after the one release), over Q = 1 … 10,000."""
     from dpmtv.eval.report import t_interval
@@ -72,20 +81,24 @@ def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
         stats = [t_interval([values[i] for values in per_seed.values()]) for i in range(len(grid))]
         means = [s[0] for s in stats]
         halves = [s[1] or 0.0 for s in stats]
-        relation = relations.get(label, "?")
-        ax.plot(grid, means, marker="o", label=f"{label}, {relation} (per-query budget shrinks with Q)")
-        ax.fill_between(
-            grid, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)], alpha=0.2
-        )
+        style = method_style(label)
+        ax.plot(grid, means, label=_label(label, relations.get(label, "?")), alpha=0.85, **style.line())
+        lows, highs = [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)]
+        ax.fill_between(grid, lows, highs, color=style.color, alpha=0.15)
     flat, half = t_interval(list(curve.get("dp-mtv", {}).values()))
     if not math.isnan(flat):
-        relation = curve.get("dp_mtv_relation", "replace-one")
-        label = f"dp-mtv, {relation} (one release, queries free)"
-        ax.plot(grid, [flat] * len(grid), color="tab:green", label=label)
-        ax.fill_between(grid, flat - (half or 0), flat + (half or 0), color="tab:green", alpha=0.15)
+        style = method_style("dp-mtv")
+        label = _label("dp-mtv", curve.get("dp_mtv_relation", "replace-one"))
+        ax.plot(grid, [flat] * len(grid), label=label, alpha=0.85, **style.line())
+        ax.fill_between(grid, flat - (half or 0), flat + (half or 0), color=style.color, alpha=0.15)
     zero = [r for r in summary if r["metric"] == metric and r["method"] == "zero-shot"]
     if zero:
-        ax.axhline(zero[0]["mean"], color="grey", linestyle="--", linewidth=1.2, label="zero-shot")
+        ax.axhline(
+            zero[0]["mean"],
+            linewidth=1.4,
+            label=method_label("zero-shot"),
+            **method_style("zero-shot").reference(),
+        )
     ax.set_xscale("log")
     ax.set_xlabel("number of answered queries Q (log scale)")
     ax.set_ylabel(f"{metric} (mean ± 95% CI over seeds)")
@@ -93,10 +106,16 @@ def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
     ax.set_title(
         f"{results.benchmark['name']}: fixed total budget ε = {total:g}, δ = {results.config['delta']:g}"
     )
-    return _save(fig, ax, path)
+    _footnote(fig, "DP-MTV: one release, queries free; DP-ICL: its per-query budget shrinks with Q")
+    return fig
 
 
-def _save(fig, ax, path: Path) -> Path:
+def _footnote(fig, text: str) -> None:
+    fig.text(0.01, 0.005, text, fontsize=7, color="dimgrey", ha="left", va="bottom")
+
+
+def _save(fig, path: Path) -> Path:
+    ax = fig.axes[0]
     ax.set_ylim(-0.02, 1.02)  # every metric is a fraction
     ax.grid(True, which="both", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
@@ -104,7 +123,7 @@ def _save(fig, ax, path: Path) -> Path:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no results to plot", ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))  # room for the footnote
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -148,10 +148,11 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         f"Scoring: {b.get('scoring', 'see the benchmark')}.",
         "Means over seeds with 95% t-intervals. NON-PRIVATE rows read the private pool without "
         "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
+        *_chance_lines(results),
         "",
     ]
     for metric in b["metrics"]:
-        lines += _metric_table(results, summary, metric)
+        lines += _metric_table(results, summary, metric, chance=_chance(results, metric))
     lines += _notes(results)
     lines += _queries_table(results)
     return "\n".join(lines) + "\n"
@@ -165,7 +166,49 @@ def _cell(row: dict | None) -> str:
     return f"{row['mean']:.3f} ± {row['ci95_half_width']:.3f}"
 
 
-def _metric_table(results: EvalResults, summary: list[dict], metric: str) -> list[str]:
+def _chance(results: EvalResults, metric: str) -> float | None:
+    """The chance level of the primary metric (the only one it is defined for)."""
+    chance = results.benchmark.get("chance_level")
+    if metric != results.primary_metric or chance is None or math.isnan(chance):
+        return None
+    return chance
+
+
+def at_chance(row: dict, chance: float | None) -> bool:
+    """A mean at or below chance, or within its 95% CI of it: no evidence of any signal."""
+    if chance is None or row["mean"] is None or math.isnan(row["mean"]):
+        return False
+    return row["mean"] - chance <= (row["ci95_half_width"] or 0.0)
+
+
+def _chance_lines(results: EvalResults) -> list[str]:
+    chance = _chance(results, results.primary_metric)
+    if chance is None:
+        return []
+    lines = [
+        f"Chance level ({results.primary_metric}): {chance:.3f} — a uniformly random pick among each "
+        "query's candidate answers; cells marked † are at chance (within their 95% CI): no evidence "
+        "that the method learned anything."
+    ]
+    if any(run.method.startswith("dp-icl") for run in results.runs):
+        lines.append(
+            "DP-ICL always answers with one of the candidate answers (a noisy vote over them), so "
+            "even with no signal it scores about chance; the free-text methods (zero-shot, ICL, MTV, "
+            "DP-MTV) generate text, which a weak or random-weight model makes unlike any answer, "
+            "scoring near 0. When rows are at chance, compare them with the chance level, not with "
+            "each other."
+        )
+    return lines
+
+
+def _marked_cell(row: dict | None, chance: float | None) -> str:
+    text = _cell(row)
+    return f"{text} †" if text and at_chance(row, chance) else text
+
+
+def _metric_table(
+    results: EvalResults, summary: list[dict], metric: str, *, chance: float | None = None
+) -> list[str]:
     rows = [r for r in summary if r["metric"] == metric]
     if not rows:
         return []
@@ -175,7 +218,7 @@ def _metric_table(results: EvalResults, summary: list[dict], metric: str) -> lis
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = {r["epsilon"]: r for r in rows if r["method"] == method}
         first = next(iter(mine.values()))
-        cells = [_cell(mine.get(e)) for e in epsilons] + [_cell(mine.get(None))]
+        cells = [_marked_cell(mine.get(e), chance) for e in [*epsilons, None]]
         relation = first.get("neighbouring_relation") or "n/a"
         lines.append("| " + " | ".join([first["display"], first["privacy"], relation, *cells]) + " |")
     return [*lines, ""]

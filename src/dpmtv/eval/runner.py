@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
 from dpmtv._progress import progress_bar
 from dpmtv._version import __version__
 from dpmtv.errors import ParameterError
@@ -72,7 +74,7 @@ def run_evaluation(
         runs += _run_method(ctx, spec, votes)
     return EvalResults(
         config=_config(settings, loaded, benchmark, head_spec, model_name),
-        benchmark=benchmark.describe(),
+        benchmark={**benchmark.describe(), "chance_level": chance_level(benchmark)},
         primary_metric=benchmark.scorer.primary,
         runs=runs,
         queries_curve=_queries_curve(ctx, runs, votes),
@@ -80,9 +82,20 @@ def run_evaluation(
     )
 
 
+def chance_level(benchmark: Benchmark) -> float:
+    """The primary metric expected from a uniformly random pick among each query's public
+    candidate answers (DP-ICL's histogram bins): what a method that always names a known answer
+    scores with no signal at all (queries whose metric is undefined are skipped)."""
+    means = []
+    for record in benchmark.test:
+        scores = benchmark.scorer.candidate_scores(record, benchmark.scorer.candidates(record))
+        if scores.size and not np.all(np.isnan(scores)):
+            means.append(float(np.nanmean(scores)))
+    return float(np.mean(means)) if means else float("nan")
+
+
 def _dp_epsilons(settings: m.EvalSettings) -> list[float]:
-    """The requested ε plus the queries-plot budget (DP-MTV's flat line needs a run there)."""
-    return sorted(set(settings.epsilons) | {settings.queries_epsilon})
+    return settings.evaluated_epsilons
 
 
 def _heads(loaded, heads, settings) -> tuple[HeadSet | None, str | None]:
@@ -90,8 +103,8 @@ def _heads(loaded, heads, settings) -> tuple[HeadSet | None, str | None]:
     if heads is None:
         if needs:
             raise ParameterError(
-                "mtv and dp-mtv need a head set: pass --heads SPEC ('all', 'layers:A-B', ...); "
-                "public head selection (dpmtv.selection) is not wired into the evaluation yet"
+                "mtv and dp-mtv need a head set: pass --heads ('all', 'layers:A-B', 'heads:L.H,...', "
+                "or a selection saved by `dpmtv select`)"
             )
         return None, None
     if isinstance(heads, HeadSet):

@@ -93,6 +93,16 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
     return cls
 
 
+HOW_TO_ADD_AN_ADAPTER = (
+    "To use another checkpoint: describe where its layers' attention output projections are, its "
+    "head geometry and prompt format in a JSON adapter spec and pass --adapter spec.json (examples "
+    "in docs/adapters/; remote code also needs --trust-remote-code); or add a family file under "
+    "src/dpmtv/models/families/ and check it with the adapter contract suite (subclass "
+    "AdapterContract from tests/models/contract.py, as tests/models/test_llava.py does). See "
+    "docs/design.md §11"
+)
+
+
 def adapter_for(model_type: str) -> type[ModelAdapter]:
     from dpmtv.models.generic import GenericAdapter
 
@@ -108,8 +118,8 @@ def adapter_for(model_type: str) -> type[ModelAdapter]:
     ):
         raise UnsupportedModelError(
             f"no dpmtv adapter for model_type '{model_type}': transformers does not load it as an "
-            f"image-text-to-text model; supported families: {', '.join(supported_families())} "
-            "(a remote-code checkpoint needs --adapter spec.json)"
+            f"image-text-to-text model; supported families: {', '.join(supported_families())}. "
+            f"{HOW_TO_ADD_AN_ADAPTER}"
         )
     return _SPECIAL.get(model_type, GenericAdapter)
 

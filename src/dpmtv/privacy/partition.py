@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from dpmtv.privacy._checks import check_int
 
 __all__ = [
     "Partition",
+    "SparseChunks",
     "fresh_partition_key",
     "partition_add_remove_one",
     "partition_replace_one",
@@ -39,22 +40,63 @@ __all__ = [
 ]
 
 
+_NO_RECORDS = np.empty(0, dtype=np.int64)
+_NO_RECORDS.flags.writeable = False
+
+
+class SparseChunks(Sequence):
+    """``m`` chunks of which only the non-empty ones are stored.
+
+    Under add-remove-one and user level ``m`` is public and may far exceed the number of records
+    (``--num-chunks 100000000`` with 8 records): empty chunks contribute nothing to the sum, so
+    memory and work stay O(non-empty chunks), while ``len`` is still the public ``m`` that the
+    mean divides by."""
+
+    def __init__(self, nonempty: Mapping[int, np.ndarray], num_chunks: int):
+        self._nonempty = {int(j): chunk for j, chunk in sorted(nonempty.items()) if len(chunk)}
+        self._num_chunks = num_chunks
+
+    def __len__(self) -> int:
+        return self._num_chunks
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[j] for j in range(*index.indices(len(self)))]
+        j = range(self._num_chunks)[index]  # bounds and negative indices as for a tuple
+        return self._nonempty.get(j, _NO_RECORDS)
+
+    def nonempty(self) -> list[np.ndarray]:
+        """The non-empty chunks, in chunk order."""
+        return list(self._nonempty.values())
+
+    def nonempty_items(self) -> list[tuple[int, np.ndarray]]:
+        """(chunk index, chunk) of the non-empty chunks, in chunk order."""
+        return list(self._nonempty.items())
+
+
 @dataclass(frozen=True)
 class Partition:
     """Disjoint chunks of record indices.
 
     Attributes:
-        chunks: one ``int64`` array per chunk, indices into the caller's record list.
+        chunks: one ``int64`` array per chunk, indices into the caller's record list (a tuple, or
+            :class:`SparseChunks` where most chunks may be empty).
         num_unused: records assigned to no chunk (the replace-one leftover; 0 for add-remove).
     """
 
-    chunks: tuple[np.ndarray, ...]
+    chunks: Sequence[np.ndarray]
     num_unused: int
 
     @property
     def num_chunks(self) -> int:
         """The number of chunks ``m`` (public under both relations)."""
         return len(self.chunks)
+
+    def nonempty_chunks(self) -> list[np.ndarray]:
+        """The chunks that hold records, in chunk order, without visiting the empty ones."""
+        if isinstance(self.chunks, SparseChunks):
+            return self.chunks.nonempty()
+        return [chunk for chunk in self.chunks if len(chunk)]
 
 
 def secure_rng() -> np.random.Generator:
@@ -127,8 +169,15 @@ def partition_add_remove_one(record_ids: Sequence[str], *, num_chunks: int, key:
         dtype=np.int64,
         count=len(record_ids),
     )
-    chunks = tuple(np.flatnonzero(assignment == j).astype(np.int64) for j in range(num_chunks))
-    return Partition(chunks=chunks, num_unused=0)
+    return Partition(chunks=group_by_chunk(assignment, num_chunks), num_unused=0)
+
+
+def group_by_chunk(assignment: np.ndarray, num_chunks: int) -> SparseChunks:
+    """Record indices grouped by their chunk, each group in input order: O(N log N), whatever m."""
+    order = np.argsort(assignment, kind="stable")  # stable: input order inside a chunk
+    chunk_ids, starts = np.unique(assignment[order], return_index=True)
+    groups = np.split(order.astype(np.int64), starts[1:]) if len(order) else []
+    return SparseChunks(dict(zip(chunk_ids.tolist(), groups, strict=True)), num_chunks)
 
 
 def _unique_ids(record_ids: Sequence[str]) -> Sequence[str]:

@@ -58,7 +58,7 @@ import numpy as np
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy._checks import check_int
-from dpmtv.privacy.partition import Partition, partition_add_remove_one
+from dpmtv.privacy.partition import Partition, SparseChunks, partition_add_remove_one
 from dpmtv.privacy.sensitivity import l2_sensitivity
 
 __all__ = ["UserPartition", "partition_by_user", "user_level_l2_sensitivity"]
@@ -115,9 +115,12 @@ def partition_by_user(
     user_chunks = partition_add_remove_one(users, num_chunks=num_chunks, key=key)
     cap_key = hmac.new(bytes(key), _CAP_DOMAIN, hashlib.sha256).digest()
     kept = {user: _cap(by_user[user], cap, cap_key, user) for user in users}
-    chunks = tuple(
-        np.sort(np.concatenate([kept[users[u]] for u in members] or [np.empty(0, np.int64)]))
-        for members in user_chunks.chunks
+    chunks = SparseChunks(  # only the chunks that hold users: O(#users), whatever m
+        {
+            j: np.sort(np.concatenate([kept[users[u]] for u in members]))
+            for j, members in user_chunks.chunks.nonempty_items()
+        },
+        num_chunks,
     )
     dropped = len(user_ids) - sum(len(k) for k in kept.values())
     return UserPartition(

@@ -34,15 +34,20 @@ def greedy(
     selected = torch.zeros_like(search.pool)  # (L, H) bool
     current = float(search.train_key(selected[None].float(), metric)[0])
     gains: list[list[float]] = []
-    with progress_bar("greedy head search", budget, enabled=progress) as advance:
+    queries = search.train.num_queries
+    # Each step scores every remaining pool head on every train query (a minute on a real model),
+    # so the bar moves per query: steps × queries, at most ``budget`` steps (it stops early when
+    # no head helps).
+    with progress_bar(
+        f"greedy head search (≤ {budget} steps × {queries} queries)", budget * queries, enabled=progress
+    ) as advance:
         while len(gains) < budget:
-            head, value = _best_addition(search, selected, metric)
+            head, value = _best_addition(search, selected, metric, advance)
             if gains and value - current <= min_gain:
                 break
             gains.append([*head, value - current])
             selected[head] = True
             current = value
-            advance(1)
     heads = heads_of(selected)
     return SelectionResult(
         heads=heads,
@@ -61,11 +66,11 @@ def greedy(
 
 
 def _best_addition(
-    search: PublicSearch, selected: torch.Tensor, metric: str
+    search: PublicSearch, selected: torch.Tensor, metric: str, advance
 ) -> tuple[tuple[int, int], float]:
     candidates = (search.pool & ~selected).nonzero()  # (C, 2)
     rows = selected.expand(candidates.shape[0], *selected.shape).clone()  # (C, L, H)
     rows[torch.arange(candidates.shape[0]), candidates[:, 0], candidates[:, 1]] = True
-    keys = search.train_key(rows.float(), metric)  # (C,)
+    keys = search.train_key(rows.float(), metric, on_query=advance)  # (C,)
     best = int(keys.argmax())
     return (int(candidates[best, 0]), int(candidates[best, 1])), float(keys[best])

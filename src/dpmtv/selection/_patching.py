@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,15 +65,22 @@ class MaskScorer:
         return len(self.states)
 
     def evaluate(
-        self, masks: torch.Tensor, queries: Sequence[int] | None = None
+        self,
+        masks: torch.Tensor,
+        queries: Sequence[int] | None = None,
+        *,
+        on_query: Callable[[int], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``masks`` (R, L, H) → (log-probs (R, Q) float32, correct (R, Q) bool) on the CPU."""
+        """``masks`` (R, L, H) → (log-probs (R, Q) float32, correct (R, Q) bool) on the CPU;
+        ``on_query(1)`` after each query (progress: one call can take a minute)."""
         indices = range(self.num_queries) if queries is None else queries
         logps, hits = [], []
         for index in indices:
             logp, hit = self._evaluate_query(self.states[index], masks.to(self.device))
             logps.append(logp)
             hits.append(hit)
+            if on_query is not None:
+                on_query(1)
         return torch.stack(logps, dim=1).cpu(), torch.stack(hits, dim=1).cpu()
 
     def _evaluate_query(self, state: _QueryState, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,6 +169,7 @@ def attribution_scores(
     values: torch.Tensor,
     *,
     batch_size: int = 4,
+    on_batch: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """First-order effect of patching each head on each query's target log-prob: (Q, L, H).
 
@@ -185,4 +193,6 @@ def attribution_scores(
             picked = log_probs.gather(1, targets[:, None]).sum()
             (grad,) = torch.autograd.grad(picked, masks)
         out.append(grad.detach().cpu())
+        if on_batch is not None:
+            on_batch(len(batch))
     return torch.cat(out)  # (Q, L, H)

@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from dpmtv._progress import progress_bar
 from dpmtv.errors import ParameterError
 from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import PublicSearch, heads_of
@@ -15,7 +16,13 @@ ESTIMATES = ("exact", "attribution")
 
 
 def scored(
-    search: PublicSearch, *, k: int, estimate: str = "exact", metric: str = "logprob", batch_size: int = 4
+    search: PublicSearch,
+    *,
+    k: int,
+    estimate: str = "exact",
+    metric: str = "logprob",
+    batch_size: int = 4,
+    progress: bool = True,
 ) -> SelectionResult:
     """Score every pool head alone and keep the ``k`` best.
 
@@ -31,7 +38,13 @@ def scored(
     if not 1 <= k <= pool_size:
         raise ParameterError(f"k must be in [1, {pool_size}] (the pool size), got {k}")
     started = time.perf_counter()
-    scores = _exact(search, metric) if estimate == "exact" else _attribution(search, batch_size)  # (L, H)
+    queries = len(search.task.train)
+    with progress_bar(f"scoring {pool_size} heads ({estimate})", queries, enabled=progress) as advance:
+        scores = (
+            _exact(search, metric, advance)
+            if estimate == "exact"
+            else _attribution(search, batch_size, advance)
+        )  # (L, H)
     scores = scores.masked_fill(~search.pool, float("-inf"))
     top = torch.topk(scores.flatten(), k).indices  # (k,)
     chosen = torch.zeros(scores.numel(), dtype=torch.bool)
@@ -49,18 +62,18 @@ def scored(
     )
 
 
-def _exact(search: PublicSearch, metric: str) -> torch.Tensor:
+def _exact(search: PublicSearch, metric: str, advance) -> torch.Tensor:
     heads = search.pool.nonzero()  # (C, 2)
     rows = torch.zeros(heads.shape[0] + 1, *search.pool.shape)  # (C+1, L, H); row 0 patches nothing
     rows[torch.arange(1, heads.shape[0] + 1), heads[:, 0], heads[:, 1]] = 1.0
-    keys = search.train_key(rows, metric)  # (C+1,)
+    keys = search.train_key(rows, metric, on_query=advance)  # (C+1,)
     scores = torch.zeros(search.pool.shape, dtype=torch.float64)
     scores[heads[:, 0], heads[:, 1]] = keys[1:] - keys[0]
     return scores
 
 
-def _attribution(search: PublicSearch, batch_size: int) -> torch.Tensor:
+def _attribution(search: PublicSearch, batch_size: int, advance) -> torch.Tensor:
     per_query = attribution_scores(
-        search.adapter, search.task.train, search.task.means, batch_size=batch_size
+        search.adapter, search.task.train, search.task.means, batch_size=batch_size, on_batch=advance
     )
     return per_query.double().mean(dim=0)  # (L, H)

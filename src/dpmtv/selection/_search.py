@@ -73,9 +73,10 @@ class PublicSearch:
     def geometry(self) -> HeadGeometry:
         return self.adapter.geometry
 
-    def train_key(self, masks: torch.Tensor, metric: str = "logprob") -> torch.Tensor:
-        """Search objective per mask row (R,), higher is better (see :func:`metric_key`)."""
-        return metric_key(*self.train.evaluate(masks), metric)
+    def train_key(self, masks: torch.Tensor, metric: str = "logprob", *, on_query=None) -> torch.Tensor:
+        """Search objective per mask row (R,), higher is better (see :func:`metric_key`);
+        ``on_query(1)`` after each train query."""
+        return metric_key(*self.train.evaluate(masks, on_query=on_query), metric)
 
     def dev_key(self, masks: torch.Tensor, metric: str = "logprob") -> torch.Tensor:
         return metric_key(*self.dev.evaluate(masks), metric)

@@ -117,4 +117,4 @@ def _run(search: PublicSearch, method: str, *, k, steps, seed, metric, estimate,
     if method == "greedy":
         return greedy(search, max_heads=k, metric=metric, progress=progress)
     k = min(DEFAULT_K, int(search.pool.sum())) if k is None else k
-    return scored(search, k=k, estimate=estimate, metric=metric, batch_size=batch_size)
+    return scored(search, k=k, estimate=estimate, metric=metric, batch_size=batch_size, progress=progress)

@@ -1,0 +1,116 @@
+"""The evaluation extracts DP-MTV's chunks once per seed and releases them at every ε, with
+results equal to one full build per ε (same seeded partition, clipped sum and noise draws)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import dpmtv.build
+from dpmtv.build import BuildSettings, build_task_vector, build_task_vectors_for_epsilons
+from dpmtv.errors import ParameterError
+from dpmtv.eval import LoadOptions, load_record_files
+from dpmtv.eval.methods import EvalSettings, MethodContext, MethodSpec, _dp_mtv_settings
+from dpmtv.eval.runner import run_evaluation
+from dpmtv.heads import parse_head_spec
+from dpmtv.inference import answer_queries
+from tests.conftest import write_records
+
+SEEDED = BuildSettings(
+    epsilon=1.0,
+    delta=1e-5,
+    l2_clip_norm=(2.0,),
+    shots_per_chunk=4,
+    insecure_seed=7,
+    allow_insecure_seed=True,
+    center="blank",
+    progress=False,
+)
+
+
+@pytest.fixture
+def counted_extractions(monkeypatch):
+    calls = []
+    real = dpmtv.build.extract_each_chunk
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dpmtv.build, "extract_each_chunk", counting)
+    return calls
+
+
+def test_one_extraction_gives_each_epsilons_build(tiny_llava, records_file, counted_extractions):
+    from dpmtv.data import load_records
+
+    records = load_records(records_file)
+    heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+    epsilons = [0.5, 2.0, 8.0]
+    together = build_task_vectors_for_epsilons(tiny_llava, records, heads, SEEDED, epsilons=epsilons)
+    assert len(counted_extractions) == 1
+    for epsilon, result in zip(epsilons, together, strict=True):
+        alone = build_task_vector(tiny_llava, records, heads, replace(SEEDED, epsilon=epsilon))
+        assert np.array_equal(result.vector.values, alone.vector.values)  # identical by construction
+        assert np.array_equal(result.vector.reference, alone.vector.reference)
+        mine, theirs = result.vector.metadata.privacy, alone.vector.metadata.privacy
+        assert mine.model_dump() == theirs.model_dump()
+        assert result.warnings == alone.warnings
+    assert len(counted_extractions) == 1 + len(epsilons)
+
+
+def test_several_releases_need_the_seeded_mode(tiny_llava, records_file):
+    from dpmtv.data import load_records
+
+    heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
+    unseeded = replace(SEEDED, insecure_seed=None, allow_insecure_seed=False)
+    with pytest.raises(ParameterError, match="composes"):
+        build_task_vectors_for_epsilons(
+            tiny_llava, load_records(records_file), heads, unseeded, epsilons=[1.0]
+        )
+
+
+def test_eval_extracts_once_per_seed_and_answers_as_per_epsilon_builds(
+    tiny_llava, tmp_path, counted_extractions
+):
+    benchmark = load_record_files(
+        write_records(tmp_path / "private", 12), write_records(tmp_path / "queries", 3, seed=1), LoadOptions()
+    )
+    settings = EvalSettings(
+        methods=(MethodSpec("dp-mtv"),),
+        epsilons=(0.5, 2.0),
+        seeds=(0, 1),
+        l2_clip_norm=(2.0,),
+        shots_per_chunk=4,
+        max_new_tokens=2,
+        queries_repeats=1,
+        progress=False,
+    )
+    results = run_evaluation(tiny_llava, benchmark, settings, heads="layers:0")
+    assert len(results.runs) == 2 * 3  # seeds × (0.5, 1 for the queries plot, 2)
+    assert len(counted_extractions) == 2  # once per seed, not per (seed, ε)
+
+    ctx = MethodContext(
+        tiny_llava,
+        benchmark,
+        settings,
+        parse_head_spec("layers:0", tiny_llava.adapter.geometry),
+        "layers:0",
+        None,
+    )
+    for run in results.runs:
+        alone = build_task_vector(
+            tiny_llava,
+            benchmark.train,
+            ctx.heads,
+            replace(_dp_mtv_settings(ctx, run.seed), epsilon=run.epsilon),
+        )
+        answers = answer_queries(
+            tiny_llava, ctx.queries(), vector=alone.vector, max_new_tokens=2, batch_size=8
+        )
+        from dpmtv.eval.methods import _clean
+
+        assert run.predictions == _clean(answers)
+        assert run.details["noise_std"] == alone.vector.metadata.privacy.noise_std
