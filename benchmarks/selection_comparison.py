@@ -62,20 +62,18 @@ from dpmtv.embedded.suite import (
     zero_shot_prompts,
 )
 from dpmtv.eval.report import t_interval
-from dpmtv.extract import extract_selected_heads, iter_batches
+from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
+from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.privacy import (
-    ClippedSumAccumulator,
     NeighbouringRelation,
-    clip_l2_per_layer,
     l2_sensitivity,
     make_sampler,
     partition_replace_one,
     secure_rng,
 )
-from dpmtv.privacy.release import add_gaussian_noise, plan_gaussian_release
+from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
 from dpmtv.privacy.selection import noisy_top_k, plan_private_selection, vote_histogram
 from dpmtv.selection import chunk_votes, select_public
 
@@ -137,16 +135,10 @@ def all_heads(geometry) -> HeadSet:
 def head_rows(adapter, prompts, batch_size) -> np.ndarray:
     """Every head's last-token output per prompt: (B, L, H, d) float64."""
     g = adapter.geometry
-    every = all_heads(g)
-    parts = []
-    for batch in iter_batches(prompts, batch_size):
-        out = extract_selected_heads(adapter, batch, every)
-        parts.append(
-            np.stack(
-                [out[layer].reshape(len(batch), g.num_heads, g.head_dim) for layer in range(g.num_layers)], 1
-            )
-        )
-    return np.concatenate(parts)
+    out = stack_selected_heads(adapter, prompts, all_heads(g), batch_size=batch_size)
+    return np.stack(
+        [out[layer].reshape(len(prompts), g.num_heads, g.head_dim) for layer in range(g.num_layers)], 1
+    )
 
 
 def layer_blocks(rows: np.ndarray, heads: HeadSet) -> dict[int, np.ndarray]:
@@ -162,24 +154,16 @@ def public_clip_norms(public_rows: np.ndarray, heads: HeadSet) -> dict[int, floa
     }
 
 
-def patches(per_layer, heads: HeadSet, head_dim: int) -> dict[int, LayerPatch]:
-    return {
-        layer: LayerPatch(
-            torch.tensor(heads.heads_in(layer)),
-            torch.from_numpy(np.array(per_layer[layer], dtype=np.float32).reshape(-1, head_dim)),
-        )
-        for layer in heads.layers
-    }
-
-
 def private_release(raw, heads, clip_norms, num_chunks, plan, sampler) -> dict[int, np.ndarray]:
     """Clip per layer, sum, divide by the public m, one Gaussian draw (the build's release)."""
-    clipped = clip_l2_per_layer(
-        layer_blocks(raw, heads), l2_clip_norms={ly: clip_norms[ly] for ly in heads.layers}
+    noised = release_clipped_mean(
+        layer_blocks(raw, heads),
+        l2_clip_norms={ly: clip_norms[ly] for ly in heads.layers},
+        num_chunks=num_chunks,
+        plan=plan,
+        sampler=sampler,
     )
-    acc = ClippedSumAccumulator({layer: v.shape[1] for layer, v in clipped.items()})
-    acc.add(clipped)
-    return dict(add_gaussian_noise(acc.mean(num_chunks=num_chunks), plan=plan, sampler=sampler).layers)
+    return dict(noised.layers)
 
 
 class Plans:
@@ -287,7 +271,7 @@ def run_seed(loaded, task, seed, args, ctx) -> tuple[list[dict], dict]:
 
     def score(method, epsilon, per_layer, heads, **extra):
         correct = first_token_correct(
-            adapter, queries, answers, patches=patches(per_layer, heads, g.head_dim) if heads else None
+            adapter, queries, answers, patches=layer_patches(per_layer, heads) if heads else None
         )
         rows.append(
             {

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -29,20 +28,18 @@ from dpmtv.chunks import ChunkPrompts
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import get_task, task_suite
 from dpmtv.embedded.suite import few_shot_prompt, first_token_correct, task_records, zero_shot_prompts
-from dpmtv.extract import extract_selected_heads, iter_batches
+from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
+from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import LoadedModel, load_model
 from dpmtv.privacy import (
-    ClippedSumAccumulator,
     NeighbouringRelation,
-    clip_l2_per_layer,
     l2_sensitivity,
     make_sampler,
     partition_replace_one,
     secure_rng,
 )
-from dpmtv.privacy.release import add_gaussian_noise, plan_gaussian_release
+from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
 
 PRIVACY_STATEMENT = (
     "Privacy: each DP-MTV vector is ({epsilon:g}, {delta:g})-differentially private with respect to "
@@ -171,17 +168,15 @@ def _task_rows(loaded, task, seed, config, release: _Release, sampler) -> list[d
         score(
             "mtv (non-private)",
             None,
-            first_token_correct(adapter, queries, answers, patches=_patches(mtv, heads, adapter)),
+            first_token_correct(adapter, queries, answers, patches=layer_patches(mtv, heads)),
         )
     )
-    clipped = clip_l2_per_layer(raw, l2_clip_norms=release.clip_norms)
+    num_chunks = len(raw[heads.layers[0]])  # replace-one: every chunk is full, m is public
     for epsilon, plan in release.plans.items():
-        accumulator = ClippedSumAccumulator({layer: v.shape[1] for layer, v in clipped.items()})
-        accumulator.add(clipped)
-        noised = add_gaussian_noise(
-            accumulator.mean(num_chunks=len(raw[heads.layers[0]])), plan=plan, sampler=sampler
+        noised = release_clipped_mean(
+            raw, l2_clip_norms=release.clip_norms, num_chunks=num_chunks, plan=plan, sampler=sampler
         )
-        patches = _patches(noised.layers, heads, adapter)
+        patches = layer_patches(noised.layers, heads)
         out.append(score("dp-mtv", epsilon, first_token_correct(adapter, queries, answers, patches=patches)))
     return out
 
@@ -222,22 +217,7 @@ def _chunk_activations(
     prompts = ChunkPrompts(
         records, partition, shots_per_chunk=config.shots_per_chunk, query="record", query_question=""
     )
-    parts: dict[int, list[np.ndarray]] = {layer: [] for layer in heads.layers}
-    for batch in iter_batches(prompts, config.batch_size):
-        for layer, values in extract_selected_heads(loaded.adapter, batch, heads).items():
-            parts[layer].append(values)
-    return {layer: np.concatenate(values) for layer, values in parts.items()}
-
-
-def _patches(per_layer, heads: HeadSet, adapter) -> dict[int, LayerPatch]:
-    d = adapter.geometry.head_dim
-    return {
-        layer: LayerPatch(
-            torch.tensor(heads.heads_in(layer)),
-            torch.tensor(np.asarray(per_layer[layer]).reshape(-1, d), dtype=torch.float32),
-        )
-        for layer in heads.layers
-    }
+    return stack_selected_heads(loaded.adapter, prompts, heads, batch_size=config.batch_size)
 
 
 def _write_artifact(loaded, config: DemoConfig, release: _Release, out: Path) -> Path:

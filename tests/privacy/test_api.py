@@ -52,6 +52,8 @@ EXPECTED_ALL = {
     "partition_randomness",
     "partition_replace_one",
     "plan_gaussian_release",
+    "release_clipped_mean",
+    "release_clipped_sum",
     "release_without_noise",
     "secure_rng",
     "seeded_rng",
