@@ -113,7 +113,7 @@ def command(**options):
     own answer (log-probability), reports ROC AUC with a bootstrap CI and TPR at low FPR. Writes
     membership.json, membership.md and membership_roc.png to --out. The report is NOT private: it
     holds statistics of the member records."""
-    from dpmtv.audit.membership import run_membership_attack
+    from dpmtv.audit.membership import AttackSettings, run_membership_attack
     from dpmtv.build import BuildSettings
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
@@ -137,15 +137,11 @@ def command(**options):
         progress=not options["quiet"],
     )
     description = {**data.description, "l2_clip_norm_source": _clip_source(options)}
-    report = run_membership_attack(
-        loaded,
-        data.members,
-        data.non_members,
-        settings=settings,
+    attack = AttackSettings(
+        build=settings,
         heads=heads,
         icl_shots=options["icl_shots"],
         non_private_mtv=options["non_private_mtv"],
-        shadow=data.public if options["shadow"] else None,
         target_fpr=options["target_fpr"],
         confidence=options["confidence"],
         bootstrap_resamples=options["bootstrap"],
@@ -154,6 +150,8 @@ def command(**options):
         data_description=description,
         progress=not options["quiet"],
     )
+    shadow = data.public if options["shadow"] else None
+    report = run_membership_attack(loaded, data.members, data.non_members, attack, shadow=shadow)
     paths = report.write(options["out"])
     _print(report)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
