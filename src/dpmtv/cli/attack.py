@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import console, err_console
+from dpmtv.cli._common import build_settings, console, err_console, model_options
 
 
 def _clip_norms(ctx, param, value: str | None):
@@ -21,13 +21,7 @@ def _clip_norms(ctx, param, value: str | None):
 
 
 @click.command(name="attack")
-@click.option(
-    "--model",
-    "model_path",
-    default="embedded",
-    show_default=True,
-    help="Checkpoint folder, hub id or 'embedded'.",
-)
+@model_options
 @click.option("--data", "data_path", type=click.Path(path_type=Path), help="Member (private) records.")
 @click.option(
     "--non-members", "non_members_path", type=click.Path(path_type=Path), help="Non-member records."
@@ -102,8 +96,6 @@ def _clip_norms(ctx, param, value: str | None):
     "--noise-sampler", type=click.Choice(["opendp", "csprng-numpy"]), default="opendp", show_default=True
 )
 @click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
-@click.option("--device", default="cpu", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Attack randomness and embedded data.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
@@ -114,7 +106,6 @@ def command(**options):
     membership.json, membership.md and membership_roc.png to --out. The report is NOT private: it
     holds statistics of the member records."""
     from dpmtv.audit.membership import AttackSettings, run_membership_attack
-    from dpmtv.build import BuildSettings
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
@@ -125,16 +116,8 @@ def command(**options):
     clip = options["l2_clip_norm"]
     if clip == "auto":
         clip = _auto_clip(loaded, heads, data.public, options)
-    settings = BuildSettings(
-        epsilon=options["epsilon"],
-        delta=options["delta"],
-        l2_clip_norm=tuple(clip),
-        shots_per_chunk=options["shots_per_chunk"],
-        query=options["query"],
-        batch_size=options["batch_size"],
-        noise_sampler=options["noise_sampler"],
-        head_selection={"method": "user", "spec": options["head_spec"]},
-        progress=not options["quiet"],
+    settings = build_settings(
+        options, l2_clip_norm=tuple(clip), head_selection={"method": "user", "spec": options["head_spec"]}
     )
     description = {**data.description, "l2_clip_norm_source": _clip_source(options)}
     attack = AttackSettings(

@@ -704,6 +704,47 @@ class LedgerCharge:
         self.parameters, self.artifact, self.void_reason = dict(parameters), artifact, void_reason
         self.receipt: ChargeReceipt | Void | None = None
 
+    @classmethod
+    def for_build(
+        cls,
+        ledger: Ledger,
+        dataset: str,
+        settings: Any,
+        *,
+        model: str,
+        library_version: str,
+        artifact: str | Path | None,
+        void_reason: str | None = None,
+    ) -> LedgerCharge:
+        """The charge of one build, recording the build's PUBLIC parameters only (never data):
+        its ``settings`` (a :class:`dpmtv.settings.BuildSettings`), the model's name and the
+        library version."""
+        relation, unit = settings.relation.value, settings.privacy_unit.value
+        parameters = {
+            "epsilon": settings.epsilon,
+            "delta": settings.delta,
+            "l2_clip_norm": list(settings.l2_clip_norm),
+            "shots_per_chunk": settings.shots_per_chunk,
+            "num_chunks": settings.num_chunks,
+            "neighbouring_relation": relation,
+            "privacy_unit": unit,
+            "noise_sampler": settings.noise_sampler,
+            "insecure_seed": settings.insecure_seed,
+            "non_private": settings.non_private,
+            "model": model,
+            "head_selection": settings.head_selection,
+            "dpmtv": library_version,
+        }
+        return cls(
+            ledger,
+            dataset,
+            neighbouring_relation=relation,
+            privacy_unit=unit,
+            parameters=parameters,
+            artifact=artifact,
+            void_reason=void_reason,
+        )
+
     def check(self) -> DatasetStatus:
         """Refuse before the build reads anything (:meth:`Ledger.check_dataset`); a voiding
         build only needs the dataset to exist."""
