@@ -61,7 +61,7 @@ from dpmtv.embedded.suite import (
     task_records,
     zero_shot_prompts,
 )
-from dpmtv.eval.report import t_interval
+from dpmtv.eval.stats import t_interval
 from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches

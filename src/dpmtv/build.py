@@ -59,6 +59,7 @@ from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.selection.private import select_private
 from dpmtv.settings import (
     DEFAULT_QUERY_QUESTION,
     BuildSettings,
@@ -372,8 +373,6 @@ def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
 
 
 def _select_privately(loaded, records, selection_part, settings, selection_plan):
-    from dpmtv.selection.private import select_private  # the selection package imports build's pieces
-
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(

@@ -28,6 +28,7 @@ from dpmtv.chunks import ChunkPrompts
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import get_task, task_suite
 from dpmtv.embedded.suite import few_shot_prompt, first_token_correct, task_records, zero_shot_prompts
+from dpmtv.eval.stats import t_interval
 from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
@@ -239,8 +240,6 @@ def _write_artifact(loaded, config: DemoConfig, release: _Release, out: Path) ->
 
 def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
     """Per (method, ε): the mean over tasks for each seed, then mean ± 95% t-interval over seeds."""
-    from dpmtv.eval.report import t_interval
-
     keys = sorted(
         {(r["method"], r["epsilon"]) for r in rows},
         key=lambda k: (

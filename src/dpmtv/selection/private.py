@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
+from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
@@ -90,8 +91,6 @@ def chunk_head_scores(
 
 
 def _chunk_scores(loaded, chunk: Sequence[Record], budget: int) -> torch.Tensor | None:
-    from dpmtv.chunks import chunk_prompt
-
     if len(chunk) < 2:
         return None
     adapter = loaded.adapter

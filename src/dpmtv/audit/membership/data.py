@@ -12,6 +12,7 @@ import numpy as np
 
 from dpmtv.build import chunk_prompt
 from dpmtv.data.records import Record
+from dpmtv.embedded import generator
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
@@ -62,8 +63,6 @@ def embedded_membership_data(
     embedded family). Members and non-members are one i.i.d. sample, split; public records come
     from a separate stream of the same seed.
     """
-    from dpmtv.embedded import generator
-
     try:
         task = generator.get_task(task_name)
     except KeyError as exc:

@@ -13,6 +13,7 @@ from dpmtv._kv_cache import cache_argument, output_cache
 from dpmtv._progress import progress_bar
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.hooks import PatchMode
+from dpmtv.inference import apply
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompts import Prompt
@@ -59,8 +60,6 @@ def answer_log_probs(
     patched through :func:`dpmtv.inference.apply` in ``mode`` (None: apply's default, the deployed
     behaviour): the prompt's last position at prefill, then (``every-call``) each fed answer
     token, exactly as while generating — the answer runs through the KV cache step by step."""
-    from dpmtv.inference import apply
-
     if len(prompts) != len(answers):
         raise ParameterError(f"{len(prompts)} prompts but {len(answers)} answers")
     adapter = loaded.adapter

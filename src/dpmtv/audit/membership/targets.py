@@ -13,8 +13,10 @@ from dpmtv.audit.membership.scoring import answer_log_probs, answer_token_ids
 from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
+from dpmtv.eval.generation import context_limit
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.prompt_budget import fit_demonstrations, prompt_length
 from dpmtv.prompts import Example, Prompt, zero_shot
 from dpmtv.vector import TaskVector
 
@@ -114,8 +116,6 @@ def _icl_groups(
 ) -> list[list[int]]:
     """Member indices split into as few prompts as the context budget (and ``icl_shots``) allows,
     sized with the longest query ``probe``."""
-    from dpmtv.eval.generation import fit_demonstrations
-
     if icl_shots is not None and icl_shots < 1:
         raise ParameterError(f"--icl-shots must be >= 1, got {icl_shots}")
     order = rng.permutation(len(members))
@@ -129,8 +129,6 @@ def _icl_groups(
 
 
 def _check_icl_lengths(loaded: LoadedModel, demos, probe: Example, budget: int) -> None:
-    from dpmtv.eval.generation import prompt_length
-
     for index, group_demos in enumerate(demos):
         length = prompt_length(loaded.adapter, Prompt(group_demos, probe))
         if length > budget:
@@ -155,8 +153,6 @@ def icl_target(
     """Members in as few prompts as fit; each query after its prompt (module docstring). The
     shadow prompts hold public records in the same group sizes, each query after the shadow of
     its own prompt."""
-    from dpmtv.eval.generation import context_limit, prompt_length
-
     adapter, records = loaded.adapter, [*members, *non_members]
     queries = [_query(r) for r in records]
     reserve = max(len(answer_token_ids(adapter, zero_shot(q), r.answer)) for q, r in zip(queries, records))
