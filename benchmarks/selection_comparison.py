@@ -67,14 +67,14 @@ from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.privacy import (
-    NeighbouringRelation,
+    AdjacencyRelation,
     l2_sensitivity,
     make_sampler,
     partition_replace_one,
     secure_rng,
 )
+from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.privacy.selection import noisy_top_k, plan_private_selection, vote_histogram
 from dpmtv.selection import chunk_votes, select_public
 
 DELTA = 1e-5
@@ -291,7 +291,7 @@ def run_seed(loaded, task, seed, args, ctx) -> tuple[list[dict], dict]:
         sens = l2_sensitivity(
             l2_clip_norms=[clip[ly] for ly in heads.layers],
             num_chunks=m,
-            relation=NeighbouringRelation.REPLACE_ONE,
+            relation=AdjacencyRelation.REPLACE_ONE,
         )
         for eps in epsilons:
             plan = ctx["plans"].get(sens, eps)
@@ -309,9 +309,9 @@ def run_seed(loaded, task, seed, args, ctx) -> tuple[list[dict], dict]:
     )
     vote_s = time.perf_counter() - started
     flat = ctx["private_pool_flat"]  # candidate flat ids (pool)
-    counts = vote_histogram(votes, num_candidates=g.num_layers * g.num_heads, max_votes_per_chunk=PRIVATE_K)[
-        flat
-    ]
+    counts = head_vote_counts(
+        votes, num_candidates=g.num_layers * g.num_heads, max_votes_per_chunk=PRIVATE_K
+    )[flat]
     del votes
 
     def heads_of(picked) -> HeadSet:
@@ -398,7 +398,7 @@ def cross_check(loaded, task, args, ctx) -> dict:
     sens = l2_sensitivity(
         l2_clip_norms=[clip[ly] for ly in heads.layers],
         num_chunks=m,
-        relation=NeighbouringRelation.REPLACE_ONE,
+        relation=AdjacencyRelation.REPLACE_ONE,
     )
     mine = ctx["plans"].get(sens, 1.0)
     out["public_greedy_eps1"] = {
@@ -595,7 +595,7 @@ def main(argv=None) -> None:
     private_sensitivity = l2_sensitivity(
         l2_clip_norms=sorted((shipped_clip[ly] for ly in pool_layers), reverse=True)[:PRIVATE_K],
         num_chunks=m,
-        relation=NeighbouringRelation.REPLACE_ONE,
+        relation=AdjacencyRelation.REPLACE_ONE,
     )
     private_pool_flat = np.array([ly * g.num_heads + h for ly, h in private_pool.pairs])
     pool_spec = "all" if len(pool_layers) == g.num_layers else "layers:" + ",".join(map(str, pool_layers))
@@ -646,7 +646,7 @@ def main(argv=None) -> None:
             "clip_norms": {name: {str(ly): c for ly, c in cn.items()} for name, cn in clip_norms.items()},
             "l2_sensitivity": {
                 name: l2_sensitivity(
-                    l2_clip_norms=list(cn.values()), num_chunks=m, relation=NeighbouringRelation.REPLACE_ONE
+                    l2_clip_norms=list(cn.values()), num_chunks=m, relation=AdjacencyRelation.REPLACE_ONE
                 )
                 for name, cn in clip_norms.items()
             },

@@ -54,8 +54,8 @@ from dpmtv.privacy import (
     validate_epsilon_delta,
 )
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, parallel_halves, plan_private_selection
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release, release_clipped_sum
-from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, Prompt, blank_image

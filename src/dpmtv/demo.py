@@ -34,7 +34,7 @@ from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import LoadedModel, load_model
 from dpmtv.privacy import (
-    NeighbouringRelation,
+    AdjacencyRelation,
     l2_sensitivity,
     make_sampler,
     partition_replace_one,
@@ -133,7 +133,7 @@ def _release_setup(defaults: dict, task: str, config: DemoConfig, num_chunks: in
     sensitivity = l2_sensitivity(
         l2_clip_norms=list(clip_norms.values()),
         num_chunks=num_chunks,
-        relation=NeighbouringRelation.REPLACE_ONE,
+        relation=AdjacencyRelation.REPLACE_ONE,
     )
     plans = {
         eps: plan_gaussian_release(

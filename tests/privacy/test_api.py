@@ -17,7 +17,7 @@ EXPECTED_ALL = {
     "ClippedSumAccumulator",
     "CsprngNumpyGaussianSampler",
     "GaussianReleasePlan",
-    "NeighbouringRelation",
+    "AdjacencyRelation",
     "NoiseSampler",
     "NoisedVector",
     "OpenDPGaussianSampler",

@@ -18,7 +18,7 @@ from dpmtv.cli._common import (
     print_warning,
 )
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
-from dpmtv.errors import ParameterError
+from dpmtv.errors import LedgerError, ParameterError
 
 
 @click.command(name="build")
@@ -304,7 +304,7 @@ def _explain_failure(charge, exc: BaseException) -> None:
     receipt = None if charge is None else charge.receipt
     if receipt is None:
         if charge is not None and isinstance(exc, sqlite3.OperationalError):  # still locked at the charge
-            raise ParameterError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
+            raise LedgerError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
         if isinstance(exc, OSError):
             nothing = "; nothing was charged" if charge is not None else ""
             raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None

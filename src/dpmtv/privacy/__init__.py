@@ -44,7 +44,7 @@ from dpmtv.privacy.partition import (
     secure_rng,
     seeded_rng,
 )
-from dpmtv.privacy.relation import NeighbouringRelation, parse_relation
+from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 from dpmtv.privacy.release import (
     GaussianReleasePlan,
     NoisedVector,
@@ -70,7 +70,7 @@ __all__ = [
     "ClippedSumAccumulator",
     "CsprngNumpyGaussianSampler",
     "GaussianReleasePlan",
-    "NeighbouringRelation",
+    "AdjacencyRelation",
     "NoiseSampler",
     "NoisedVector",
     "OpenDPGaussianSampler",

@@ -74,7 +74,7 @@ from typing import Any
 
 import dp_accounting
 
-from dpmtv.errors import BudgetExceededError, ParameterError
+from dpmtv.errors import BudgetExceededError, LedgerError, ParameterError
 from dpmtv.privacy.calibrate import validate_epsilon_delta
 from dpmtv.privacy.disjoint import (
     ChargedEvent,
@@ -460,7 +460,7 @@ class Ledger:
     def _transaction(self, *, immediate: bool = False, create: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection inside one transaction: committed on success, rolled back on any error."""
         if not create and not self.path.is_file():
-            raise ParameterError(
+            raise LedgerError(
                 f"no ledger at '{self.path}'; create a dataset budget first with "
                 "'dpmtv budget init NAME --epsilon E --delta D --ledger PATH'"
             )
@@ -488,7 +488,7 @@ class Ledger:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = FULL")  # a committed charge survives a power cut
         except sqlite3.DatabaseError as exc:
-            raise ParameterError(f"cannot open ledger '{self.path}': {exc}") from None
+            raise LedgerError(f"cannot open ledger '{self.path}': {exc}") from None
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -503,7 +503,7 @@ class Ledger:
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         version = self._version(conn)
         if version != SCHEMA_VERSION:
-            raise ParameterError(
+            raise LedgerError(
                 f"'{self.path}' is not a dpmtv ledger of format {SCHEMA_VERSION} (found format "
                 f"{version}); use the dpmtv version that created it or another --ledger path"
             )
@@ -528,7 +528,7 @@ class Ledger:
         try:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as exc:
-            raise ParameterError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
+            raise LedgerError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
 
     def _dataset_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
         row = conn.execute(

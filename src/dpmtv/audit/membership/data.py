@@ -65,7 +65,7 @@ def embedded_membership_data(
     """
     try:
         task = generator.get_task(task_name)
-    except KeyError as exc:
+    except ParameterError as exc:
         raise ParameterError(f"--embedded-task: {exc.args[0]}") from None
     if label_vocabulary not in ("task", "all"):
         raise ParameterError(f"label vocabulary must be 'task' or 'all', got {label_vocabulary!r}")
