@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -75,10 +76,15 @@ def gain_kept(summary, epsilon: float = 1.0) -> dict[str, float]:
     zero, icl, mtv = _lookup(summary, "zero-shot"), _lookup(summary, "icl"), _lookup(summary, "mtv")
     dp = _lookup(summary, "dp-mtv", epsilon)
     return {
-        "of_icl_gain": (dp - zero) / (icl - zero),
-        "of_mtv_gain": (dp - zero) / (mtv - zero),
-        "mtv_over_icl": mtv / icl,
+        "of_icl_gain": _ratio(dp - zero, icl - zero),
+        "of_mtv_gain": _ratio(dp - zero, mtv - zero),
+        "mtv_over_icl": _ratio(mtv, icl),
     }
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN where there is nothing to divide by (no gain to keep)."""
+    return numerator / denominator if denominator != 0 else math.nan
 
 
 def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds) -> None:
