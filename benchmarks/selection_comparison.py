@@ -61,22 +61,20 @@ from dpmtv.embedded.suite import (
     task_records,
     zero_shot_prompts,
 )
-from dpmtv.eval.report import t_interval
-from dpmtv.extract import extract_selected_heads, iter_batches
+from dpmtv.eval.stats import t_interval
+from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
+from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.privacy import (
-    ClippedSumAccumulator,
-    NeighbouringRelation,
-    clip_l2_per_layer,
+    AdjacencyRelation,
     l2_sensitivity,
     make_sampler,
     partition_replace_one,
     secure_rng,
 )
-from dpmtv.privacy.release import add_gaussian_noise, plan_gaussian_release
-from dpmtv.privacy.selection import noisy_top_k, plan_private_selection, vote_histogram
+from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
+from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
 from dpmtv.selection import chunk_votes, select_public
 
 DELTA = 1e-5
@@ -137,16 +135,10 @@ def all_heads(geometry) -> HeadSet:
 def head_rows(adapter, prompts, batch_size) -> np.ndarray:
     """Every head's last-token output per prompt: (B, L, H, d) float64."""
     g = adapter.geometry
-    every = all_heads(g)
-    parts = []
-    for batch in iter_batches(prompts, batch_size):
-        out = extract_selected_heads(adapter, batch, every)
-        parts.append(
-            np.stack(
-                [out[layer].reshape(len(batch), g.num_heads, g.head_dim) for layer in range(g.num_layers)], 1
-            )
-        )
-    return np.concatenate(parts)
+    out = stack_selected_heads(adapter, prompts, all_heads(g), batch_size=batch_size)
+    return np.stack(
+        [out[layer].reshape(len(prompts), g.num_heads, g.head_dim) for layer in range(g.num_layers)], 1
+    )
 
 
 def layer_blocks(rows: np.ndarray, heads: HeadSet) -> dict[int, np.ndarray]:
@@ -162,24 +154,16 @@ def public_clip_norms(public_rows: np.ndarray, heads: HeadSet) -> dict[int, floa
     }
 
 
-def patches(per_layer, heads: HeadSet, head_dim: int) -> dict[int, LayerPatch]:
-    return {
-        layer: LayerPatch(
-            torch.tensor(heads.heads_in(layer)),
-            torch.from_numpy(np.array(per_layer[layer], dtype=np.float32).reshape(-1, head_dim)),
-        )
-        for layer in heads.layers
-    }
-
-
 def private_release(raw, heads, clip_norms, num_chunks, plan, sampler) -> dict[int, np.ndarray]:
     """Clip per layer, sum, divide by the public m, one Gaussian draw (the build's release)."""
-    clipped = clip_l2_per_layer(
-        layer_blocks(raw, heads), l2_clip_norms={ly: clip_norms[ly] for ly in heads.layers}
+    noised = release_clipped_mean(
+        layer_blocks(raw, heads),
+        l2_clip_norms={ly: clip_norms[ly] for ly in heads.layers},
+        num_chunks=num_chunks,
+        plan=plan,
+        sampler=sampler,
     )
-    acc = ClippedSumAccumulator({layer: v.shape[1] for layer, v in clipped.items()})
-    acc.add(clipped)
-    return dict(add_gaussian_noise(acc.mean(num_chunks=num_chunks), plan=plan, sampler=sampler).layers)
+    return dict(noised.layers)
 
 
 class Plans:
@@ -269,83 +253,89 @@ def raw_heads(result, method: str) -> HeadSet:
 # ------------------------------------------------------------------------------------------------
 # one (task, seed)
 # ------------------------------------------------------------------------------------------------
+class _Scores:
+    """Accuracy rows of one (task, seed): each head set's values patched in, scored on the test."""
+
+    def __init__(self, adapter, task, seed, test):
+        self.adapter, self.task, self.seed = adapter, task, seed
+        self.queries, self.answers = zero_shot_prompts(test), [r.answer for r in test]
+        self.rows: list[dict] = []
+
+    def __call__(self, method, epsilon, per_layer, heads, **extra):
+        patches = layer_patches(per_layer, heads) if heads else None
+        correct = first_token_correct(self.adapter, self.queries, self.answers, patches=patches)
+        row = {"task": self.task.name, "seed": self.seed, "method": method, "epsilon": epsilon}
+        self.rows.append({**row, "accuracy": float(np.mean(correct)), **extra})
+
+
+def mtv_mean(raw, heads) -> dict[int, np.ndarray]:
+    """The non-private MTV reference: the plain mean of the heads' chunk rows."""
+    return {ly: v.mean(0) for ly, v in layer_blocks(raw, heads).items()}
+
+
 def run_seed(loaded, task, seed, args, ctx) -> tuple[list[dict], dict]:
-    adapter, g = loaded.adapter, loaded.adapter.geometry
-    epsilons = ctx["epsilons"]
     private = task_records(task, args.records, seed=seed, split="private")
     test = task_records(task, args.test_queries, seed=seed, split="test")
-    queries, answers = zero_shot_prompts(test), [r.answer for r in test]
     partition = partition_replace_one(len(private), shots_per_chunk=args.shots, rng=secure_rng())
-    m = partition.num_chunks
     prompts = ChunkPrompts(private, partition, shots_per_chunk=args.shots, query="record", query_question="")
     started = time.perf_counter()
-    raw = head_rows(adapter, prompts, args.batch_size)  # private per-chunk rows: memory only
+    raw = head_rows(loaded.adapter, prompts, args.batch_size)  # private per-chunk rows: memory only
     extract_s = time.perf_counter() - started
-    assert len(raw) == m, "every chunk is full for N divisible by s"
-
-    rows = []
-
-    def score(method, epsilon, per_layer, heads, **extra):
-        correct = first_token_correct(
-            adapter, queries, answers, patches=patches(per_layer, heads, g.head_dim) if heads else None
-        )
-        rows.append(
-            {
-                "task": task.name,
-                "seed": seed,
-                "method": method,
-                "epsilon": epsilon,
-                "accuracy": float(np.mean(correct)),
-                **extra,
-            }
-        )
-
+    assert len(raw) == partition.num_chunks, "every chunk is full for N divisible by s"
+    score = _Scores(loaded.adapter, task, seed, test)
     score("zero-shot", None, None, None)
+    score_public_sets(score, raw, partition.num_chunks, ctx)
+    private_info = score_private_selection(score, loaded, raw, private, partition, args, ctx)
+    private_info["extract_seconds"] = extract_s
+    del raw
+    return score.rows, private_info
+
+
+def score_public_sets(score: _Scores, raw, m: int, ctx) -> None:
+    """(a)-(c), (e) and the shipped set: MTV, then the build's release at every ε."""
     for name, heads in ctx["public_sets"].items():
         clip = ctx["clip_norms"][name]
-        score(name, None, {ly: v.mean(0) for ly, v in layer_blocks(raw, heads).items()}, heads, kind="mtv")
+        score(name, None, mtv_mean(raw, heads), heads, kind="mtv")
         sens = l2_sensitivity(
             l2_clip_norms=[clip[ly] for ly in heads.layers],
             num_chunks=m,
-            relation=NeighbouringRelation.REPLACE_ONE,
+            relation=AdjacencyRelation.REPLACE_ONE,
         )
-        for eps in epsilons:
+        for eps in ctx["epsilons"]:
             plan = ctx["plans"].get(sens, eps)
             score(name, eps, private_release(raw, heads, clip, m, plan, ctx["sampler"]), heads, kind="dp-mtv")
 
-    # (d) private selection: votes once, then per ε the noisy top-k and the composed release
+
+def private_vote_counts(loaded, private, partition, args, ctx) -> tuple[np.ndarray, float]:
+    """Every chunk's votes over the private pool, counted: (counts per pool head, seconds)."""
+    g = loaded.adapter.geometry
     started = time.perf_counter()
     votes = chunk_votes(
         loaded,
         chunk_records(private, partition, args.shots),
         max_votes_per_chunk=PRIVATE_K,
         pool=ctx["private_pool"],
-        batch_size=32,
         progress=False,
     )
-    vote_s = time.perf_counter() - started
-    flat = ctx["private_pool_flat"]  # candidate flat ids (pool)
-    counts = vote_histogram(votes, num_candidates=g.num_layers * g.num_heads, max_votes_per_chunk=PRIVATE_K)[
-        flat
-    ]
-    del votes
+    counts = head_vote_counts(votes, num_candidates=g.num_layers * g.num_heads, max_votes_per_chunk=PRIVATE_K)
+    return counts[ctx["private_pool_flat"]], time.perf_counter() - started
+
+
+def score_private_selection(score: _Scores, loaded, raw, private, partition, args, ctx) -> dict:
+    """(d): every chunk votes once, then per ε the noisy top-k and the composed release (with
+    the two non-private ablations); returns the selection's diagnostics."""
+    num_heads, flat = loaded.adapter.geometry.num_heads, ctx["private_pool_flat"]  # pool flat ids
+    counts, vote_s = private_vote_counts(loaded, private, partition, args, ctx)
 
     def heads_of(picked) -> HeadSet:
-        return HeadSet.of(divmod(int(flat[i]), g.num_heads) for i in picked)
+        return HeadSet.of(divmod(int(flat[i]), num_heads) for i in picked)
 
     exact = heads_of(noisy_top_k(counts, k=PRIVATE_K, epsilon=math.inf, allow_non_private=True))
     clip = ctx["private_clip"]
-    score(
-        "d-private",
-        None,
-        {ly: v.mean(0) for ly, v in layer_blocks(raw, exact).items()},
-        exact,
-        kind="mtv",
-        note="exact top-k of the votes (non-private)",
-    )
-    private_info = {
+    note = "exact top-k of the votes (non-private)"
+    score("d-private", None, mtv_mean(raw, exact), exact, kind="mtv", note=note)
+    info = {
         "vote_seconds": vote_s,
-        "extract_seconds": extract_s,
         "exact_top_k": describe(exact),
         # PUBLIC diagnostic: the exact heads' median public norm per layer / the shipped clip norm
         "exact_heads_public_norm_over_clip": {
@@ -353,44 +343,46 @@ def run_seed(loaded, task, seed, args, ctx) -> tuple[list[dict], dict]:
         },
         "per_epsilon": {},
     }
-    for eps in epsilons:
-        sel_plan = plan_private_selection(
-            total_epsilon=eps,
-            total_delta=DELTA,
-            k=PRIVATE_K,
-            selection_fraction=args.selection_fraction,
-            composition="sequential",
+    for eps in ctx["epsilons"]:
+        info["per_epsilon"][str(eps)] = score_private_epsilon(
+            score, raw, counts, heads_of, exact, eps, partition.num_chunks, args, ctx
         )
-        t0 = time.perf_counter()
-        heads = heads_of(
-            noisy_top_k(counts, k=PRIVATE_K, epsilon=sel_plan.epsilon_selection)
-        )  # OpenDP Gumbel
-        topk_s = time.perf_counter() - t0
-        plan = ctx["plans"].get(ctx["private_sensitivity"], eps, sel_plan)
-        score(
-            "d-private",
-            eps,
-            private_release(raw, heads, clip, m, plan, ctx["sampler"]),
-            heads,
-            kind="dp-mtv",
-            selected=describe(heads),
-            overlap_with_exact=len(set(heads.pairs) & set(exact.pairs)) / PRIVATE_K,
-        )
-        # ablations (NOT private): which part of (d)'s loss is the release noise, which the choice
-        score("d-abl-exact-heads", eps, private_release(raw, exact, clip, m, plan, ctx["sampler"]), exact)
-        score("d-abl-noisy-heads", eps, {ly: v.mean(0) for ly, v in layer_blocks(raw, heads).items()}, heads)
-        private_info["per_epsilon"][str(eps)] = {
-            "epsilon_selection": sel_plan.epsilon_selection,
-            "gumbel_scale": sel_plan.noise_scale,
-            "noisy_top_k_seconds": topk_s,
-            "release_noise_std": plan.noise_std,
-            "release_noise_multiplier": plan.noise_multiplier,
-            "epsilon_spent": plan.epsilon_spent,
-            "heads": describe(heads),
-            "overlap_with_exact": len(set(heads.pairs) & set(exact.pairs)) / PRIVATE_K,
-        }
-    del raw, counts
-    return rows, private_info
+    return info
+
+
+def score_private_epsilon(score: _Scores, raw, counts, heads_of, exact, eps, m, args, ctx) -> dict:
+    """(d) at one ε: the noisy top-k (OpenDP Gumbel) and the composed release, plus the two
+    non-private ablations; returns that ε's diagnostics."""
+    clip = ctx["private_clip"]
+    sel_plan = plan_private_selection(
+        total_epsilon=eps,
+        total_delta=DELTA,
+        k=PRIVATE_K,
+        selection_fraction=args.selection_fraction,
+        composition="sequential",
+    )
+    t0 = time.perf_counter()
+    heads = heads_of(noisy_top_k(counts, k=PRIVATE_K, epsilon=sel_plan.epsilon_selection))
+    topk_s = time.perf_counter() - t0
+    plan = ctx["plans"].get(ctx["private_sensitivity"], eps, sel_plan)
+    overlap = len(set(heads.pairs) & set(exact.pairs)) / PRIVATE_K
+    release = private_release(raw, heads, clip, m, plan, ctx["sampler"])
+    score(
+        "d-private", eps, release, heads, kind="dp-mtv", selected=describe(heads), overlap_with_exact=overlap
+    )
+    # ablations (NOT private): which part of (d)'s loss is the release noise, which the choice
+    score("d-abl-exact-heads", eps, private_release(raw, exact, clip, m, plan, ctx["sampler"]), exact)
+    score("d-abl-noisy-heads", eps, mtv_mean(raw, heads), heads)
+    return {
+        "epsilon_selection": sel_plan.epsilon_selection,
+        "gumbel_scale": sel_plan.noise_scale,
+        "noisy_top_k_seconds": topk_s,
+        "release_noise_std": plan.noise_std,
+        "release_noise_multiplier": plan.noise_multiplier,
+        "epsilon_spent": plan.epsilon_spent,
+        "heads": describe(heads),
+        "overlap_with_exact": overlap,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -414,7 +406,7 @@ def cross_check(loaded, task, args, ctx) -> dict:
     sens = l2_sensitivity(
         l2_clip_norms=[clip[ly] for ly in heads.layers],
         num_chunks=m,
-        relation=NeighbouringRelation.REPLACE_ONE,
+        relation=AdjacencyRelation.REPLACE_ONE,
     )
     mine = ctx["plans"].get(sens, 1.0)
     out["public_greedy_eps1"] = {
@@ -478,42 +470,40 @@ def summarise(rows, seeds) -> list[dict]:
     return out
 
 
-def markdown(result) -> str:
-    cfg, summary, tasks = result["config"], result["summary"], result["tasks"]
-    eps_list = cfg["epsilons"]
-    cell = {(r["method"], r["epsilon"]): r for r in summary}
+def _cell_text(cell, method, eps) -> str:
+    r = cell.get((method, eps))
+    if r is None:
+        return "—"
+    return f"{r['accuracy']:.3f}" + (f" ± {r['ci95']:.3f}" if r["ci95"] is not None else "")
 
-    def fmt(method, eps):
-        r = cell.get((method, eps))
-        if r is None:
-            return "—"
-        return f"{r['accuracy']:.3f}" + (f" ± {r['ci95']:.3f}" if r["ci95"] is not None else "")
 
-    def heads_col(method):
-        if method == "zero-shot":
-            return "0"
-        if method.startswith("d-"):
-            return f"{PRIVATE_K} (varies)"
-        counts = [str(t["head_sets"][method]["count"]) for t in tasks.values()]
-        if method.endswith("-raw"):
-            same = [
-                t["head_sets"][method]["heads"] == t["head_sets"][method[:-4]]["heads"]
-                for t in tasks.values()
-            ]
-            counts = [c + ("=" if same_ else "") for c, same_ in zip(counts, same)]
-        return "/".join(counts)
+def _heads_column(tasks, method) -> str:
+    if method == "zero-shot":
+        return "0"
+    if method.startswith("d-"):
+        return f"{PRIVATE_K} (varies)"
+    counts = [str(t["head_sets"][method]["count"]) for t in tasks.values()]
+    if method.endswith("-raw"):
+        same = [
+            t["head_sets"][method]["heads"] == t["head_sets"][method[:-4]]["heads"] for t in tasks.values()
+        ]
+        counts = [c + ("=" if same_ else "") for c, same_ in zip(counts, same)]
+    return "/".join(counts)
 
-    def seconds_col(method):
-        base = method.replace("-raw", "")
-        key = {"a-reinforce": "reinforce", "b-greedy": "greedy", "c-scored": "scored"}.get(base)
-        if key:
-            return "/".join(f"{t['public_selection'][key]['seconds']:.0f}" for t in tasks.values())
-        if method == "d-private":
-            vals = [p["vote_seconds"] for t in tasks.values() for p in t["private_selection"].values()]
-            return f"{np.mean(vals):.1f} (votes, mean)"
-        return "—" if method.startswith("d-abl") else "0"
 
-    lines = [
+def _seconds_column(tasks, method) -> str:
+    base = method.replace("-raw", "")
+    key = {"a-reinforce": "reinforce", "b-greedy": "greedy", "c-scored": "scored"}.get(base)
+    if key:
+        return "/".join(f"{t['public_selection'][key]['seconds']:.0f}" for t in tasks.values())
+    if method == "d-private":
+        vals = [p["vote_seconds"] for t in tasks.values() for p in t["private_selection"].values()]
+        return f"{np.mean(vals):.1f} (votes, mean)"
+    return "—" if method.startswith("d-abl") else "0"
+
+
+def _markdown_intro(cfg, tasks) -> list[str]:
+    return [
         "# Head selection on the embedded benchmark (issue 4)",
         "",
         f"Tasks: {', '.join(t + (' (held-out)' if tasks[t]['held_out'] else '') for t in cfg['tasks'])}; "
@@ -527,6 +517,11 @@ def markdown(result) -> str:
         "t-interval over seeds. Heads and selection seconds are per task, in task order; `=` marks a "
         "search's own set that the best-of contest kept (same heads as the row above; separate noise draws).",
         "",
+    ]
+
+
+def _markdown_summary_table(cell, tasks, eps_list) -> list[str]:
+    lines = [
         "| method | heads | selection s | MTV (non-private) | "
         + " | ".join(f"ε = {e:g}" for e in eps_list)
         + " |",
@@ -535,14 +530,19 @@ def markdown(result) -> str:
     for method in ORDER:
         if not any(k[0] == method for k in cell):
             continue
-        mtv = fmt(method, None)
-        cols = [fmt(method, e) for e in eps_list] if method != "zero-shot" else ["—"] * len(eps_list)
-        lines.append(
-            f"| {METHOD_LABELS[method]} | {heads_col(method)} | {seconds_col(method)} | {mtv} | "
-            + " | ".join(cols)
-            + " |"
+        mtv = _cell_text(cell, method, None)
+        cols = (
+            [_cell_text(cell, method, e) for e in eps_list]
+            if method != "zero-shot"
+            else ["—"] * len(eps_list)
         )
-    lines += [
+        heads, seconds = _heads_column(tasks, method), _seconds_column(tasks, method)
+        lines.append(f"| {METHOD_LABELS[method]} | {heads} | {seconds} | {mtv} | " + " | ".join(cols) + " |")
+    return lines
+
+
+def _markdown_per_task(cfg, tasks) -> list[str]:
+    lines = [
         "",
         "Per task at ε = 1 (mean over seeds; MTV non-private in brackets):",
         "",
@@ -559,15 +559,28 @@ def markdown(result) -> str:
                 for t in tasks.values()
             ]
         lines.append(f"| {METHOD_LABELS[method]} | " + " | ".join(vals) + " |")
-    lines += ["", "Head sets (layers: heads per layer) and best-of winners:", ""]
+    return lines
+
+
+def _markdown_head_sets(tasks) -> list[str]:
+    lines = ["", "Head sets (layers: heads per layer) and best-of winners:", ""]
     for name, t in tasks.items():
-        parts = []
-        for method in ORDER:
-            if method in t["head_sets"]:
-                hs = t["head_sets"][method]
-                parts.append(f"{method} {hs['count']} {hs['per_layer']}")
+        parts = [
+            f"{method} {t['head_sets'][method]['count']} {t['head_sets'][method]['per_layer']}"
+            for method in ORDER
+            if method in t["head_sets"]
+        ]
         chosen = {k: v["chosen_by_best_of"] for k, v in t["public_selection"].items()}
         lines.append(f"- **{name}**: " + "; ".join(parts) + f"; best-of chose {chosen}")
+    return lines
+
+
+def markdown(result) -> str:
+    cfg, summary, tasks = result["config"], result["summary"], result["tasks"]
+    eps_list = cfg["epsilons"]
+    cell = {(r["method"], r["epsilon"]): r for r in summary}
+    lines = _markdown_intro(cfg, tasks) + _markdown_summary_table(cell, tasks, eps_list)
+    lines += _markdown_per_task(cfg, tasks) + _markdown_head_sets(tasks)
     lines += [
         "",
         "Private selection: mean overlap of the noisy top-10 with the exact top-10 of the votes: "
@@ -585,6 +598,146 @@ def markdown(result) -> str:
     return "\n".join(lines)
 
 
+def shared_setup(loaded, args, epsilons) -> dict:
+    """What every task shares: the shipped defaults, the sampler and plan cache, and the private
+    selection's pool (all heads of the layers with a shipped, public clip norm) and Δ."""
+    g = loaded.adapter.geometry
+    defaults = json.loads((checkpoint_path() / "dpmtv_defaults.json").read_text())
+    shipped = HeadSet.of(map(tuple, defaults["heads"]))
+    shipped_clip = dict(zip(shipped.layers, defaults["l2_clip_norm"], strict=True))
+    sampler = make_sampler("opendp")
+    pool_layers = sorted(shipped_clip)
+    private_pool = HeadSet.of((ly, h) for ly in pool_layers for h in range(g.num_heads))
+    private_sensitivity = l2_sensitivity(
+        l2_clip_norms=sorted((shipped_clip[ly] for ly in pool_layers), reverse=True)[:PRIVATE_K],
+        num_chunks=args.records // args.shots,
+        relation=AdjacencyRelation.REPLACE_ONE,
+    )
+    return {
+        "defaults": defaults,
+        "shipped": shipped,
+        "epsilons": epsilons,
+        "plans": Plans(sampler),
+        "sampler": sampler,
+        "private_pool": private_pool,
+        "private_pool_flat": np.array([ly * g.num_heads + h for ly, h in private_pool.pairs]),
+        "private_clip": shipped_clip,
+        "private_sensitivity": private_sensitivity,
+        "private_pool_spec": "all"
+        if len(pool_layers) == g.num_layers
+        else "layers:" + ",".join(map(str, pool_layers)),
+    }
+
+
+def task_context(loaded, task, args, shared) -> tuple[dict, dict]:
+    """Public selection on the task's public records and the public clip norms of every head set:
+    (the context ``run_seed`` needs, the public selections' diagnostics)."""
+    public = task_records(task, args.public_records, seed=PUBLIC_SEED, split="public")
+    public_prompts = [
+        chunk_prompt(public[i : i + args.shots], query="record", query_question="")
+        for i in range(0, len(public) - args.shots + 1, args.shots)
+    ]
+    public_rows = head_rows(loaded.adapter, public_prompts, args.batch_size)
+    sets, info = public_selections(loaded, public, args)
+    sets["e-all"] = all_heads(loaded.adapter.geometry)
+    sets["ref-shipped"] = shared["shipped"]
+    clip_norms = {name: public_clip_norms(public_rows, heads) for name, heads in sets.items()}
+    clip_norms["ref-shipped"] = shared["private_clip"]
+    ctx = {
+        **{k: v for k, v in shared.items() if k not in ("defaults", "shipped")},
+        "public_clip_of": lambda heads, rows=public_rows: public_clip_norms(rows, heads),
+        "public_sets": sets,
+        "clip_norms": clip_norms,
+    }
+    return ctx, info
+
+
+def task_summary(task, ctx, info, private_info, task_rows, m: int) -> dict:
+    """One task's part of the result: selections, head sets, clip norms, Δ, accuracies."""
+    clip_norms = ctx["clip_norms"]
+    return {
+        "held_out": task.held_out,
+        "public_selection": info,
+        "head_sets": {name: describe(h) for name, h in ctx["public_sets"].items()},
+        "clip_norms": {name: {str(ly): c for ly, c in cn.items()} for name, cn in clip_norms.items()},
+        "l2_sensitivity": {
+            name: l2_sensitivity(
+                l2_clip_norms=list(cn.values()), num_chunks=m, relation=AdjacencyRelation.REPLACE_ONE
+            )
+            for name, cn in clip_norms.items()
+        },
+        "private_selection": private_info,
+        "accuracy": {
+            f"{meth}|{eps}": float(
+                np.mean([r["accuracy"] for r in task_rows if r["method"] == meth and r["epsilon"] == eps])
+            )
+            for meth, eps in {(r["method"], r["epsilon"]) for r in task_rows}
+        },
+    }
+
+
+def run_task(loaded, task, seeds, args, ctx) -> tuple[list[dict], dict]:
+    """Every seed of one task: (rows, private selection diagnostics per seed)."""
+    rows, private_info = [], {}
+    for seed in seeds:
+        t0 = time.perf_counter()
+        seed_rows, private_info[str(seed)] = run_seed(loaded, task, seed, args, ctx)
+        rows += seed_rows
+        acc = {
+            r["method"] + ("" if r["epsilon"] is None else f"@{r['epsilon']:g}"): round(r["accuracy"], 3)
+            for r in seed_rows
+            if r["epsilon"] in (None, 1.0)
+        }
+        log(f"  seed {seed}: {time.perf_counter() - t0:.1f}s {acc}")
+    return rows, private_info
+
+
+def result_config(args, tasks, seeds, epsilons, shared) -> dict:
+    return {
+        "tasks": [t.name for t in tasks],
+        "seeds": seeds,
+        "epsilons": epsilons,
+        "delta": DELTA,
+        "records": args.records,
+        "shots": args.shots,
+        "test_queries": args.test_queries,
+        "public_records": args.public_records,
+        "public_seed": PUBLIC_SEED,
+        "reinforce_steps": args.reinforce_steps,
+        "private_k": PRIVATE_K,
+        "selection_fraction": args.selection_fraction,
+        "composition": "sequential",
+        "private_pool": shared["private_pool_spec"],
+        "private_clip_norms": {str(ly): c for ly, c in shared["private_clip"].items()},
+        "private_l2_sensitivity": shared["private_sensitivity"],
+        "noise_sampler": shared["sampler"].name,
+        "torch_threads": args.threads,
+        "batch_size": args.batch_size,
+    }
+
+
+def result_body(all_rows, seeds, task_out, cross, overlap, shared, args) -> dict:
+    defaults = shared["defaults"]
+    return {
+        "method_labels": METHOD_LABELS,
+        "shipped_defaults": {
+            "heads": defaults["heads"],
+            "l2_clip_norm": defaults["l2_clip_norm"],
+            "selection_method": defaults.get("selection", {}).get("method"),
+        },
+        "summary": summarise(all_rows, seeds),
+        "private_overlap": overlap,
+        "tasks": task_out,
+        "rows": all_rows,
+        "cross_check": cross,
+        "plan_calibration_seconds": shared["plans"].seconds,
+        "machine": (
+            f"{platform.machine()}, torch {torch.__version__} CPU, {args.threads} thread(s), "
+            "shared 2-core host"
+        ),
+    }
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.markdown_only:
@@ -597,88 +750,17 @@ def main(argv=None) -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     loaded = load_model("embedded")
-    adapter, g = loaded.adapter, loaded.adapter.geometry
-    defaults = json.loads((checkpoint_path() / "dpmtv_defaults.json").read_text())
-    shipped = HeadSet.of(map(tuple, defaults["heads"]))
-    shipped_clip = dict(zip(shipped.layers, defaults["l2_clip_norm"], strict=True))
-    sampler = make_sampler("opendp")
-    plans = Plans(sampler)
-
-    # private selection: pool = all heads of the layers with a shipped (public) clip norm
-    pool_layers = sorted(shipped_clip)
-    private_pool = HeadSet.of((ly, h) for ly in pool_layers for h in range(g.num_heads))
-    m = args.records // args.shots
-    private_sensitivity = l2_sensitivity(
-        l2_clip_norms=sorted((shipped_clip[ly] for ly in pool_layers), reverse=True)[:PRIVATE_K],
-        num_chunks=m,
-        relation=NeighbouringRelation.REPLACE_ONE,
-    )
-    private_pool_flat = np.array([ly * g.num_heads + h for ly, h in private_pool.pairs])
-    pool_spec = "all" if len(pool_layers) == g.num_layers else "layers:" + ",".join(map(str, pool_layers))
-
-    all_rows, task_out = [], {}
+    shared = shared_setup(loaded, args, epsilons)
+    all_rows, task_out, cross = [], {}, None
     for task in tasks:
         log(f"task {task.name}: public selection")
-        public = task_records(task, args.public_records, seed=PUBLIC_SEED, split="public")
-        public_prompts = [
-            chunk_prompt(public[i : i + args.shots], query="record", query_question="")
-            for i in range(0, len(public) - args.shots + 1, args.shots)
-        ]
-        public_rows = head_rows(adapter, public_prompts, args.batch_size)
-        sets, info = public_selections(loaded, public, args)
-        sets["e-all"] = all_heads(g)
-        sets["ref-shipped"] = shipped
-        clip_norms = {name: public_clip_norms(public_rows, heads) for name, heads in sets.items()}
-        clip_norms["ref-shipped"] = shipped_clip
-        ctx = dict(
-            public_clip_of=lambda heads, rows=public_rows: public_clip_norms(rows, heads),
-            epsilons=epsilons,
-            public_sets=sets,
-            clip_norms=clip_norms,
-            plans=plans,
-            sampler=sampler,
-            private_pool=private_pool,
-            private_pool_flat=private_pool_flat,
-            private_clip=shipped_clip,
-            private_sensitivity=private_sensitivity,
-            private_pool_spec=pool_spec,
-        )
-        private_info = {}
-        for seed in seeds:
-            t0 = time.perf_counter()
-            rows, private_info[str(seed)] = run_seed(loaded, task, seed, args, ctx)
-            all_rows += rows
-            acc = {
-                r["method"] + ("" if r["epsilon"] is None else f"@{r['epsilon']:g}"): round(r["accuracy"], 3)
-                for r in rows
-                if r["epsilon"] in (None, 1.0)
-            }
-            log(f"  seed {seed}: {time.perf_counter() - t0:.1f}s {acc}")
-        task_rows = [r for r in all_rows if r["task"] == task.name]
-        task_out[task.name] = {
-            "held_out": task.held_out,
-            "public_selection": info,
-            "head_sets": {name: describe(h) for name, h in sets.items()},
-            "clip_norms": {name: {str(ly): c for ly, c in cn.items()} for name, cn in clip_norms.items()},
-            "l2_sensitivity": {
-                name: l2_sensitivity(
-                    l2_clip_norms=list(cn.values()), num_chunks=m, relation=NeighbouringRelation.REPLACE_ONE
-                )
-                for name, cn in clip_norms.items()
-            },
-            "private_selection": private_info,
-            "accuracy": {
-                f"{meth}|{eps}": float(
-                    np.mean([r["accuracy"] for r in task_rows if r["method"] == meth and r["epsilon"] == eps])
-                )
-                for meth, eps in {(r["method"], r["epsilon"]) for r in task_rows}
-            },
-        }
+        ctx, info = task_context(loaded, task, args, shared)
+        rows, private_info = run_task(loaded, task, seeds, args, ctx)
+        all_rows += rows
+        task_out[task.name] = task_summary(task, ctx, info, private_info, rows, args.records // args.shots)
         if task is tasks[0] and not args.no_cross_check:
-            task_out["__cross_check__"] = cross_check(loaded, task, args, ctx)
-            log(f"  cross-check: {task_out['__cross_check__']}")
-    cross = task_out.pop("__cross_check__", None)
-
+            cross = cross_check(loaded, task, args, ctx)
+            log(f"  cross-check: {cross}")
     overlap = {
         str(e): float(
             np.mean(
@@ -696,43 +778,8 @@ def main(argv=None) -> None:
     )
     result = {
         "command": command,
-        "config": {
-            "tasks": [t.name for t in tasks],
-            "seeds": seeds,
-            "epsilons": epsilons,
-            "delta": DELTA,
-            "records": args.records,
-            "shots": args.shots,
-            "test_queries": args.test_queries,
-            "public_records": args.public_records,
-            "public_seed": PUBLIC_SEED,
-            "reinforce_steps": args.reinforce_steps,
-            "private_k": PRIVATE_K,
-            "selection_fraction": args.selection_fraction,
-            "composition": "sequential",
-            "private_pool": pool_spec,
-            "private_clip_norms": {str(ly): c for ly, c in shipped_clip.items()},
-            "private_l2_sensitivity": private_sensitivity,
-            "noise_sampler": sampler.name,
-            "torch_threads": args.threads,
-            "batch_size": args.batch_size,
-        },
-        "method_labels": METHOD_LABELS,
-        "shipped_defaults": {
-            "heads": defaults["heads"],
-            "l2_clip_norm": defaults["l2_clip_norm"],
-            "selection_method": defaults.get("selection", {}).get("method"),
-        },
-        "summary": summarise(all_rows, seeds),
-        "private_overlap": overlap,
-        "tasks": task_out,
-        "rows": all_rows,
-        "cross_check": cross,
-        "plan_calibration_seconds": plans.seconds,
-        "machine": (
-            f"{platform.machine()}, torch {torch.__version__} CPU, {args.threads} thread(s), "
-            "shared 2-core host"
-        ),
+        "config": result_config(args, tasks, seeds, epsilons, shared),
+        **result_body(all_rows, seeds, task_out, cross, overlap, shared, args),
         "seconds": time.perf_counter() - started,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

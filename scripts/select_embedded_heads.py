@@ -40,7 +40,7 @@ from dpmtv.embedded.suite import (
 )
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch, blend_heads_per_row
+from dpmtv.hooks import blend_heads_per_row, layer_patches
 from dpmtv.models.loading import load_model
 
 SHOTS, PUBLIC_CHUNKS, DEV_QUERIES, VAL_QUERIES = 8, 32, 24, 48
@@ -165,13 +165,7 @@ def validation_accuracy(adapter, means, val, pairs) -> float:
     heads = HeadSet.of(pairs)
     accuracies = []
     for task, queries in val.items():
-        patches = {
-            layer_: LayerPatch(
-                torch.tensor(heads.heads_in(layer_)),
-                torch.from_numpy(means[task][layer_][heads.heads_in(layer_)]).float(),
-            )
-            for layer_ in heads.layers
-        }
+        patches = layer_patches({ly: means[task][ly][heads.heads_in(ly)] for ly in heads.layers}, heads)
         accuracies.append(
             first_token_correct(
                 adapter, zero_shot_prompts(queries), [r.answer for r in queries], patches=patches

@@ -241,97 +241,52 @@ def plot_curves(log_path: Path, png: Path) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    command = (
-        " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
-        if argv is None
-        else "train_embedded.py " + " ".join(shlex.quote(a) for a in argv)
-    )
-    mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "train_log.jsonl"
-    log_path.write_text("")
+BUCKETS = ((0, 1), (1, 4), (4, 16), (16, 10_000))  # answer positions whose accuracy is logged
 
-    def log(record: dict) -> None:
-        with log_path.open("a") as fh:
+
+class _Run:
+    """What one training run holds: the model, its probes and optimiser, the log file."""
+
+    def __init__(self, args, out: Path):
+        self.args, self.out = args, out
+        self.log_path = out / "train_log.jsonl"
+        self.log_path.write_text("")
+        self.model = fmt.build_model(args.seed)
+        if args.init is not None:
+            from transformers import LlavaForConditionalGeneration
+
+            init = LlavaForConditionalGeneration.from_pretrained(args.init)
+            self.model.load_state_dict(_grown_state(init.state_dict(), self.model.state_dict()))
+            del init
+        self.model.train()
+        self.processor = fmt.build_processor()
+        self.probes = Probes(self.model.config.text_config.hidden_size)
+        self.captured: dict = {}
+        self.hook = self.model.model.multi_modal_projector.register_forward_hook(
+            lambda _m, _i, output: self.captured.__setitem__("features", output)
+        )
+        self.params = list(self.model.parameters()) + list(self.probes.parameters())
+        decay = [p for p in self.params if p.dim() >= 2]
+        no_decay = [p for p in self.params if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=args.lr,
+            betas=(0.9, 0.95),
+        )
+
+    def log(self, record: dict) -> None:
+        with self.log_path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
 
-    model = fmt.build_model(args.seed)
-    if args.init is not None:
-        from transformers import LlavaForConditionalGeneration
-
-        init = LlavaForConditionalGeneration.from_pretrained(args.init)
-        model.load_state_dict(_grown_state(init.state_dict(), model.state_dict()))
-        del init
-    model.train()
-    processor = fmt.build_processor()
-    probes = Probes(model.config.text_config.hidden_size)
-    captured: dict = {}
-    hook = model.model.multi_modal_projector.register_forward_hook(
-        lambda _m, _i, output: captured.__setitem__("features", output)
-    )
-    params = list(model.parameters()) + list(probes.parameters())
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr,
-        betas=(0.9, 0.95),
-    )
-    eval_set = build_eval_set(args.seed, args.eval_queries)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"model: {n_params:,} parameters; budget: "
-        f"{f'{args.steps} steps' if args.steps else f'{args.minutes} min'}",
-        flush=True,
-    )
-
-    budget_s = args.minutes * 60.0
-    progress_bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
-
-        progress_bar = tqdm(
-            total=args.steps or int(budget_s),
-            mininterval=5.0,
-            unit="step" if args.steps else "s",
-            dynamic_ncols=True,
-        )
-    start = time.monotonic()
-    last_tick = start
-    step = 0
-    running: dict = {"loss": [], "probe": [], "acc": {}}
-    buckets = ((0, 1), (1, 4), (4, 16), (16, 10_000))
-    last_eval = None
-    summary_base = {
-        "seed": args.seed,
-        "command": command,
-        "parameters": n_params,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "torch": torch.__version__,
-    }
-
-    while True:
-        elapsed = time.monotonic() - start
-        progress = step / args.steps if args.steps else elapsed / budget_s
-        if progress >= 1.0 or (args.stop_after is not None and step >= args.stop_after):
-            break
-        k = int(rng.integers(args.min_shots, args.max_shots + 1))
-        n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
-        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix)
+    def step(self, batch, k: int, n_episodes: int, lr: float):
+        """One optimiser step on ``batch``; returns (answer loss, probe loss, hits (E, K))."""
+        args = self.args
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         answer_ids = fmt.ANSWER_TOKEN_IDS[batch.answers]
         ids = torch.from_numpy(fmt.episode_ids(answer_ids))
         pixels = fmt.pixels_from_uint8(batch.images)
-        lr = lr_at(step, progress, args)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        logits = model(input_ids=ids, pixel_values=pixels).logits
+        logits = self.model(input_ids=ids, pixel_values=pixels).logits
         pos = torch.from_numpy(fmt.answer_positions(k))
         answer_logits = logits[:, pos]  # (E, K, V)
         answer_targets = torch.from_numpy(answer_ids)
@@ -342,85 +297,136 @@ def main(argv=None) -> dict:
         loss_eos = F.cross_entropy(
             eos_logits.reshape(-1, eos_logits.shape[-1]), torch.full((n_episodes * k,), fmt.EOS_ID)
         )
-        pooled = captured.pop("features").mean(dim=1)
-        loss_probe = probes(pooled, torch.from_numpy(batch.codes.reshape(-1, 4)))
+        pooled = self.captured.pop("features").mean(dim=1)
+        loss_probe = self.probes(pooled, torch.from_numpy(batch.codes.reshape(-1, 4)))
         loss = loss_answer + args.eos_weight * loss_eos + args.probe_weight * loss_probe
-
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        step += 1
-
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
         with torch.no_grad():
             hits = (answer_logits.argmax(-1) == answer_targets).numpy()
+        return loss_answer, loss_probe, hits
+
+
+def _command(argv) -> str:
+    if argv is None:
+        return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+    return "train_embedded.py " + " ".join(shlex.quote(a) for a in argv)
+
+
+def _progress_bar(args, budget_s: float):
+    if args.no_progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=args.steps or int(budget_s),
+        mininterval=5.0,
+        unit="step" if args.steps else "s",
+        dynamic_ncols=True,
+    )
+
+
+def _empty_running() -> dict:
+    return {"loss": [], "probe": [], "acc": {}}
+
+
+def _record_accuracy(running: dict, hits: np.ndarray, kinds, mix, k: int) -> None:
+    """Per task kind and answer-position bucket, the batch's accuracy (for the train log)."""
+    kinds = np.array(kinds)
+    for kind in mix:
+        rows = hits[kinds == kind]
+        for lo, hi in BUCKETS:
+            if len(rows) and lo < k:
+                key = f"{kind}:{lo}-{min(hi, k) - 1}" if hi < 10_000 else f"{kind}:{lo}+"
+                running["acc"].setdefault(key, []).append(float(rows[:, lo:hi].mean()))
+
+
+def _train_record(running: dict, step: int, elapsed_s: float, lr: float, steps_per_s: float) -> dict:
+    by_position = {key: float(np.mean(v)) for key, v in sorted(running["acc"].items())}
+    return {
+        "type": "train",
+        "step": step,
+        "elapsed_s": round(elapsed_s, 1),
+        "lr": lr,
+        "loss": float(np.mean(running["loss"])),
+        "probe_loss": float(np.mean(running["probe"])),
+        "train_acc_by_position": by_position,
+        "steps_per_s": steps_per_s,
+    }
+
+
+def _evaluate_and_save(run: _Run, eval_set, step: int, start: float, summary_base: dict, bar) -> dict:
+    """Evaluate, log, print and write an (incomplete) checkpoint."""
+    last_eval = evaluate(run.model, eval_set)
+    elapsed = time.monotonic() - start
+    run.log({"type": "eval", "step": step, "elapsed_s": round(elapsed, 1), "eval": last_eval})
+    msg = f"[eval step {step} {time.monotonic() - start:.0f}s] {eval_line(last_eval)}"
+    (bar.write if bar is not None else print)(msg)
+    minutes = round((time.monotonic() - start) / 60, 2)
+    progress = {"complete": False, "steps": step, "minutes": minutes, "last_eval": last_eval}
+    save_checkpoint(run.model, run.processor, run.out, {**summary_base, **progress})
+    return last_eval
+
+
+def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_base: dict) -> tuple[int, float]:
+    """The training loop, until the step or time budget is spent; returns (steps, start time)."""
+    args = run.args
+    budget_s = args.minutes * 60.0
+    bar = _progress_bar(args, budget_s)
+    start = last_tick = time.monotonic()
+    step, running = 0, _empty_running()
+    while True:
+        elapsed = time.monotonic() - start
+        progress = step / args.steps if args.steps else elapsed / budget_s
+        if progress >= 1.0 or (args.stop_after is not None and step >= args.stop_after):
+            break
+        k = int(rng.integers(args.min_shots, args.max_shots + 1))
+        n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
+        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix)
+        lr = lr_at(step, progress, args)
+        loss_answer, loss_probe, hits = run.step(batch, k, n_episodes, lr)
+        step += 1
         running["loss"].append(loss_answer.item())
         running["probe"].append(loss_probe.item())
-        kinds = np.array(batch.kinds)
-        for kind in mix:
-            rows = hits[kinds == kind]
-            for lo, hi in buckets:
-                if len(rows) and lo < k:
-                    key = f"{kind}:{lo}-{min(hi, k) - 1}" if hi < 10_000 else f"{kind}:{lo}+"
-                    running["acc"].setdefault(key, []).append(float(rows[:, lo:hi].mean()))
-
+        _record_accuracy(running, hits, batch.kinds, mix, k)
         now = time.monotonic()
-        if progress_bar is not None:
-            progress_bar.update(1 if args.steps else int(now - start) - progress_bar.n)
+        if bar is not None:
+            bar.update(1 if args.steps else int(now - start) - bar.n)
             if step % 10 == 0:
-                progress_bar.set_postfix(loss=f"{np.mean(running['loss'][-10:]):.3f}", lr=f"{lr:.1e}")
+                bar.set_postfix(loss=f"{np.mean(running['loss'][-10:]):.3f}", lr=f"{lr:.1e}")
         if step % args.log_every == 0:
-            by_position = {key: float(np.mean(v)) for key, v in sorted(running["acc"].items())}
-            record = {
-                "type": "train",
-                "step": step,
-                "elapsed_s": round(now - start, 1),
-                "lr": lr,
-                "loss": float(np.mean(running["loss"])),
-                "probe_loss": float(np.mean(running["probe"])),
-                "train_acc_by_position": by_position,
-                "steps_per_s": args.log_every / max(1e-9, now - last_tick),
-            }
+            record = _train_record(
+                running, step, now - start, lr, args.log_every / max(1e-9, now - last_tick)
+            )
             last_tick = now
-            log(record)
-            running = {"loss": [], "probe": [], "acc": {}}
-            if progress_bar is None:
+            run.log(record)
+            running = _empty_running()
+            if bar is None:
                 print(json.dumps(record), flush=True)
         if step % args.eval_every == 0:
-            last_eval = evaluate(model, eval_set)
-            log(
-                {
-                    "type": "eval",
-                    "step": step,
-                    "elapsed_s": round(time.monotonic() - start, 1),
-                    "eval": last_eval,
-                }
-            )
-            msg = f"[eval step {step} {time.monotonic() - start:.0f}s] {eval_line(last_eval)}"
-            (progress_bar.write if progress_bar is not None else print)(msg)
-            save_checkpoint(
-                model,
-                processor,
-                out,
-                {
-                    **summary_base,
-                    "complete": False,
-                    "steps": step,
-                    "minutes": round((time.monotonic() - start) / 60, 2),
-                    "last_eval": last_eval,
-                },
-            )
+            _evaluate_and_save(run, eval_set, step, start, summary_base, bar)
+    if bar is not None:
+        bar.close()
+    return step, start
 
+
+def _finish(run: _Run, eval_set, step: int, start: float, summary_base: dict) -> dict:
+    """Final evaluations on fresh queries, the complete checkpoint and the learning curves."""
+    args = run.args
     train_minutes = (time.monotonic() - start) / 60
-    if progress_bar is not None:
-        progress_bar.close()
-    hook.remove()
-    del probes  # training aid only: never saved
-    last_eval = evaluate(model, eval_set)
-    log({"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1), "eval": last_eval})
+    run.hook.remove()
+    del run.probes  # training aid only: never saved
+    last_eval = evaluate(run.model, eval_set)
+    run.log(
+        {"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1), "eval": last_eval}
+    )
     final_set = build_eval_set(args.seed + 1_000_003, args.final_eval_queries, FINAL_EVAL_SHOTS)
-    final_eval = evaluate(model, final_set)
-    log({"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries, "eval": final_eval})
+    final_eval = evaluate(run.model, final_set)
+    run.log(
+        {"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries, "eval": final_eval}
+    )
     summary = {
         **summary_base,
         "complete": True,
@@ -434,11 +440,36 @@ def main(argv=None) -> dict:
             "held-out predicates (never trained, nor their complements), fixed nonce label maps"
         ),
     }
-    save_checkpoint(model, processor, out, summary)
-    plot_curves(log_path, out / "learning_curves.png")
-    print(f"done: {step} steps in {train_minutes:.1f} min -> {out}", flush=True)
+    save_checkpoint(run.model, run.processor, run.out, summary)
+    plot_curves(run.log_path, run.out / "learning_curves.png")
+    print(f"done: {step} steps in {train_minutes:.1f} min -> {run.out}", flush=True)
     print(f"final: {eval_line(final_eval)}", flush=True)
     return summary
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    command = _command(argv)
+    mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    run = _Run(args, out)
+    eval_set = build_eval_set(args.seed, args.eval_queries)
+    n_params = sum(p.numel() for p in run.model.parameters())
+    budget = f"{args.steps} steps" if args.steps else f"{args.minutes} min"
+    print(f"model: {n_params:,} parameters; budget: {budget}", flush=True)
+    summary_base = {
+        "seed": args.seed,
+        "command": command,
+        "parameters": n_params,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "torch": torch.__version__,
+    }
+    step, start = _train(run, rng, mix, eval_set, summary_base)
+    return _finish(run, eval_set, step, start, summary_base)
 
 
 if __name__ == "__main__":

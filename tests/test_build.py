@@ -206,7 +206,7 @@ def test_before_noise_is_called_once_with_the_build_event(tiny_llava, records_fi
 
 
 def test_a_refused_charge_draws_no_noise_and_writes_nothing(tiny_llava, records_file, tmp_path, monkeypatch):
-    import dpmtv.build as build_module
+    import dpmtv.privacy.release as release_module
     from dpmtv.errors import BudgetExceededError
 
     def no_noise(*args, **kwargs):
@@ -215,7 +215,7 @@ def test_a_refused_charge_draws_no_noise_and_writes_nothing(tiny_llava, records_
     def refuse(event):
         raise BudgetExceededError("over budget")
 
-    monkeypatch.setattr(build_module, "add_gaussian_noise", no_noise)
+    monkeypatch.setattr(release_module, "add_gaussian_noise", no_noise)
     with pytest.raises(BudgetExceededError):
         build_task_vector(
             tiny_llava,
@@ -276,14 +276,14 @@ def test_private_selection_composes_into_the_budget(tiny_llava, records_file, tm
 def test_private_selection_charges_before_the_selection_noise(
     tiny_llava, records_file, tmp_path, monkeypatch
 ):
-    import dpmtv.selection.private as private_module
+    import dpmtv.build as build_module
     from dpmtv.build import PrivateSelectionSettings
     from dpmtv.errors import BudgetExceededError
 
     def no_selection(*args, **kwargs):
         raise AssertionError("selection noise drawn before the charge")
 
-    monkeypatch.setattr(private_module, "select_private", no_selection)
+    monkeypatch.setattr(build_module, "select_private", no_selection)
     settings = BuildSettings(
         epsilon=4.0,
         delta=1e-5,

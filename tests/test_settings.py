@@ -10,7 +10,7 @@ import pytest
 
 from dpmtv.build import BuildSettings, Centring, QueryKind
 from dpmtv.errors import ParameterError
-from dpmtv.privacy import NeighbouringRelation, PrivacyUnit, partition_private_records
+from dpmtv.privacy import AdjacencyRelation, PrivacyUnit, partition_private_records
 
 BASE = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=4)
 
@@ -20,8 +20,8 @@ def test_settings_are_keyword_only_and_typed():
         BuildSettings(1.0, 1e-5, (1.0,), 4)  # the positional form is refused
     settings = BuildSettings(**BASE, privacy_unit="user", num_chunks=8, max_records_per_user=2)
     assert settings.privacy_unit is PrivacyUnit.USER
-    assert settings.relation is NeighbouringRelation.ADD_REMOVE_ONE  # the user unit's relation
-    assert BuildSettings(**BASE).relation is NeighbouringRelation.REPLACE_ONE
+    assert settings.relation is AdjacencyRelation.ADD_REMOVE_ONE  # the user unit's relation
+    assert BuildSettings(**BASE).relation is AdjacencyRelation.REPLACE_ONE
     public = BuildSettings(**BASE, query="pictures/q.png", center="public.jsonl")
     assert public.query is QueryKind.PUBLIC_IMAGE and public.query_image == Path("pictures/q.png")
     assert public.center is Centring.PUBLIC_RECORDS and public.center_source == "public.jsonl"
@@ -67,7 +67,7 @@ def _users(seed):
     users = [f"u{i % 7}" for i in range(40)]
     return partition_private_records(
         unit=PrivacyUnit.USER,
-        relation=NeighbouringRelation.ADD_REMOVE_ONE,
+        relation=AdjacencyRelation.ADD_REMOVE_ONE,
         record_ids=None,
         user_ids=users,
         num_records=len(users),
@@ -93,7 +93,7 @@ def test_a_seed_fixes_the_replace_one_permutation_apart_from_the_noise_stream():
 
     result = partition_private_records(
         unit=PrivacyUnit.RECORD,
-        relation=NeighbouringRelation.REPLACE_ONE,
+        relation=AdjacencyRelation.REPLACE_ONE,
         record_ids=None,
         user_ids=None,
         num_records=20,

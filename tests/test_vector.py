@@ -90,3 +90,20 @@ def test_patches_follow_the_head_order(artifact):
     assert sorted(patches) == [0, 1]
     assert patches[0].heads.tolist() == [1] and patches[1].heads.tolist() == [2]
     np.testing.assert_array_equal(patches[1].values.numpy(), vector.values[1:2])
+
+
+def test_layer_patch_from_flat_or_per_head_rows_is_the_same_patch():
+    import torch
+
+    from dpmtv.heads import HeadSet
+    from dpmtv.hooks import LayerPatch, layer_patches
+
+    rows = np.arange(12, dtype=np.float64).reshape(3, 4)  # 3 heads, d = 4
+    flat, per_head = LayerPatch.from_rows([0, 2, 5], rows.ravel()), LayerPatch.from_rows([0, 2, 5], rows)
+    for patch in (flat, per_head):
+        assert patch.heads.tolist() == [0, 2, 5] and patch.values.dtype == torch.float32
+        np.testing.assert_array_equal(patch.values.numpy(), rows.astype(np.float32))
+    heads = HeadSet.of([(1, 0), (1, 2), (4, 3)])
+    patches = layer_patches({1: rows[:2].ravel(), 4: rows[2]}, heads)
+    assert sorted(patches) == [1, 4] and patches[4].heads.tolist() == [3]
+    np.testing.assert_array_equal(patches[1].values.numpy(), rows[:2].astype(np.float32))

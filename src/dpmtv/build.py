@@ -54,16 +54,12 @@ from dpmtv.privacy import (
     validate_epsilon_delta,
 )
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
-from dpmtv.privacy.release import (
-    GaussianReleasePlan,
-    add_gaussian_noise,
-    plan_gaussian_release,
-    release_without_noise,
-)
-from dpmtv.privacy.selection import PrivateSelectionPlan, parallel_halves, plan_private_selection
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, parallel_halves, plan_private_selection
+from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release, release_clipped_sum
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.selection.private import select_private
 from dpmtv.settings import (
     DEFAULT_QUERY_QUESTION,
     BuildSettings,
@@ -147,12 +143,15 @@ def build_task_vector(
     accumulator = ClippedSumAccumulator(_layer_dims(loaded, heads))
     for clipped in iter_clipped_chunks(loaded, records, release_part, heads, settings, reference, clip_norms):
         accumulator.add(clipped)
-    mean = accumulator.mean(num_chunks=release_part.num_chunks)
-    charge()  # a non-private build is recorded too (a ledger voids the dataset)
-    if plan is not None:
-        noised = add_gaussian_noise(mean, plan=plan, sampler=sampler)
-    else:
-        noised = release_without_noise(mean, allow_non_private=True, l2_sensitivity=sensitivity)
+    noised = release_clipped_sum(
+        accumulator,
+        num_chunks=release_part.num_chunks,
+        plan=plan,
+        sampler=sampler,
+        before_noise=charge,  # a non-private build is recorded too (a ledger voids the dataset)
+        allow_non_private=settings.non_private,
+        l2_sensitivity=sensitivity,
+    )
 
     values = _per_head_rows(noised.layers, heads, geometry.head_dim)
     reference_rows = _per_head_rows(reference, heads, geometry.head_dim)
@@ -375,8 +374,6 @@ def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
 
 
 def _select_privately(loaded, records, selection_part, settings, selection_plan):
-    from dpmtv.selection.private import select_private  # the selection package imports build's pieces
-
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(
@@ -481,8 +478,8 @@ def _release_from_sums(loaded, heads, settings, layout: BuildLayout, reference, 
     notes += _weak_signal_notes(loaded, heads, plan, layout.l2_clip_norms)
     release = ClippedSumAccumulator(sums.layer_dims)
     release.merge(sums)  # a copy: ``mean`` finalises its accumulator
-    noised = add_gaussian_noise(
-        release.mean(num_chunks=layout.release_part.num_chunks), plan=plan, sampler=sampler
+    noised = release_clipped_sum(
+        release, num_chunks=layout.release_part.num_chunks, plan=plan, sampler=sampler
     )
     geometry = loaded.adapter.geometry
     reference_rows = _per_head_rows(reference, heads, geometry.head_dim)

@@ -14,7 +14,7 @@ from PIL import Image
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.privacy import (
-    NeighbouringRelation,
+    AdjacencyRelation,
     Partition,
     PrivacyUnit,
     PrivatePartition,
@@ -27,7 +27,7 @@ def partition_records(
     records: Sequence[Record],
     *,
     unit: PrivacyUnit,
-    relation: NeighbouringRelation,
+    relation: AdjacencyRelation,
     shots_per_chunk: int,
     num_chunks: int | None,
     max_records_per_user: int | None,
@@ -42,7 +42,7 @@ def partition_records(
         if anonymous is not None:
             raise RecordError(f"{anonymous.where}: field 'user_id' is missing; --privacy-unit user needs it")
         user_ids = [r.user_id for r in records]
-    elif relation is NeighbouringRelation.ADD_REMOVE_ONE:
+    elif relation is AdjacencyRelation.ADD_REMOVE_ONE:
         unnamed = next((r for r in records if not r.has_explicit_id), None)
         if unnamed is not None:
             raise RecordError(

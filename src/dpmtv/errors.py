@@ -9,7 +9,8 @@ what to do about it. Catch :class:`DpmtvError` to handle anything the library ra
     ├── InputError (ValueError)            bad user input, caught at the boundary
     │   ├── RecordError                    a data file or record (names file, record, field)
     │   ├── ParameterError                 a parameter value (epsilon, delta, clip norm, ...)
-    │   └── HeadSpecError                  a head specification (names the layer/head)
+    │   ├── HeadSpecError                  a head specification (names the layer/head)
+    │   └── LedgerError                    a missing, unreadable, foreign or locked ledger file
     ├── ModelError
     │   ├── UnsupportedModelError          a refused or unloadable model_type (names why)
     │   └── AdapterError                   an adapter's sites do not resolve on the loaded model
@@ -44,6 +45,11 @@ class ParameterError(InputError):
 
 class HeadSpecError(InputError):
     """A head specification names a layer or head the model does not have."""
+
+
+class LedgerError(InputError):
+    """The privacy-budget ledger file is missing, unreadable, of another format, read-only or
+    locked; the message names the file and what to do (nothing was charged)."""
 
 
 class ModelError(DpmtvError):

@@ -64,6 +64,22 @@ def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequenc
         yield prompts[start : start + batch_size]
 
 
+def stack_selected_heads(
+    adapter: ModelAdapter, prompts: Sequence[Prompt], heads: HeadSet, *, batch_size: int
+) -> dict[int, np.ndarray]:
+    """Every prompt's selected heads, in batches, stacked: per layer ``(len(prompts), k_l*d)``.
+
+    Batched like :func:`extract_selected_heads`, so a row's numerics depend on its batch-mates:
+    for public prompts and for experiments that hold all chunk rows in memory to release them
+    several times (the demo, the benchmarks); a build extracts private chunks one by one
+    (:func:`extract_each_chunk`)."""
+    parts: dict[int, list[np.ndarray]] = {layer: [] for layer in heads.layers}
+    for batch in iter_batches(prompts, batch_size):
+        for layer, values in extract_selected_heads(adapter, batch, heads).items():
+            parts[layer].append(values)  # (B, k_l*d)
+    return {layer: np.concatenate(values) for layer, values in parts.items()}
+
+
 def mean_selected_heads(
     adapter: ModelAdapter, prompts: Sequence[Prompt], heads: HeadSet, *, batch_size: int
 ) -> dict[int, np.ndarray]:

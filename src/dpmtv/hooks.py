@@ -14,9 +14,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import torch
 
 from dpmtv.errors import HeadSpecError
+from dpmtv.heads import HeadSet
 from dpmtv.models.base import ModelAdapter
 
 
@@ -34,6 +36,19 @@ class LayerPatch:
 
     heads: torch.Tensor
     values: torch.Tensor
+
+    @classmethod
+    def from_rows(cls, heads: Sequence[int], rows) -> LayerPatch:
+        """A patch from per-head rows in ``heads``' order: ``rows`` is ``(k, d)`` or the flat
+        ``(k·d,)`` of one layer (an array or a CPU tensor), stored as float32."""
+        values = torch.from_numpy(np.array(rows, dtype=np.float32)).reshape(len(heads), -1)  # (k, d)
+        return cls(torch.tensor(list(heads)), values)
+
+
+def layer_patches(per_layer: Mapping[int, object], heads: HeadSet) -> dict[int, LayerPatch]:
+    """Per layer of ``heads``, the patch of its heads from ``per_layer[layer]`` (``(k_l, d)`` or
+    flat ``(k_l·d,)``): what a released per-layer vector becomes for :func:`overwrite_heads`."""
+    return {layer: LayerPatch.from_rows(heads.heads_in(layer), per_layer[layer]) for layer in heads.layers}
 
 
 class LastTokenCapture:

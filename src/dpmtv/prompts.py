@@ -8,7 +8,6 @@ turns ending with the query's user turn and the generation prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PIL import Image
@@ -57,8 +56,3 @@ def zero_shot(query: Example) -> Prompt:
 def blank_image(size: tuple[int, int] = (32, 32)) -> Image.Image:
     """A data-free grey image, used for data-free queries and references."""
     return Image.new("RGB", size, (127, 127, 127))
-
-
-def batched(items: Sequence, batch_size: int):
-    for start in range(0, len(items), batch_size):
-        yield items[start : start + batch_size]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import ParameterError
-from dpmtv.privacy import NeighbouringRelation, parse_relation
+from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
 
 __all__ = [
@@ -85,7 +85,7 @@ class BuildSettings:
     l2_clip_norm: tuple[float, ...]  # one value, or one per released layer (per pool layer)
     shots_per_chunk: int  # records per chunk (s); with query RECORD s-1 are demonstrations
     privacy_unit: PrivacyUnit = PrivacyUnit.RECORD
-    neighbouring_relation: NeighbouringRelation | None = None
+    neighbouring_relation: AdjacencyRelation | None = None
     num_chunks: int | None = None  # public m (add-remove-one, user level)
     max_records_per_user: int | None = None  # public cap k (user level)
     query: QueryKind = QueryKind.RECORD
@@ -118,7 +118,7 @@ class BuildSettings:
             raise ParameterError("private head selection makes no sense in a non-private build")
 
     @property
-    def relation(self) -> NeighbouringRelation:
+    def relation(self) -> AdjacencyRelation:
         """The resolved neighbouring relation (never None after construction)."""
         return self.neighbouring_relation
 
@@ -147,16 +147,12 @@ class BuildSettings:
         self._set(center=kind, center_records=records)
 
 
-def relation_for_unit(unit: PrivacyUnit | str, relation) -> NeighbouringRelation:
+def relation_for_unit(unit: PrivacyUnit | str, relation) -> AdjacencyRelation:
     """The build's relation: the one given, or the unit's own (replace-one for records,
     add/remove-one for users)."""
     unit = PrivacyUnit(unit)
     if relation is None:
-        return (
-            NeighbouringRelation.ADD_REMOVE_ONE
-            if unit is PrivacyUnit.USER
-            else NeighbouringRelation.REPLACE_ONE
-        )
+        return AdjacencyRelation.ADD_REMOVE_ONE if unit is PrivacyUnit.USER else AdjacencyRelation.REPLACE_ONE
     return parse_relation(relation)  # user level with replace-one: refused by _check_counts
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
@@ -98,11 +97,10 @@ class TaskVector:
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
-        values = torch.from_numpy(np.ascontiguousarray(self.values, dtype=np.float32))
         patches: dict[int, LayerPatch] = {}
         for layer in self.heads.layers:
             rows = [i for i, (pair_layer, _) in enumerate(self.heads.pairs) if pair_layer == layer]
-            patches[layer] = LayerPatch(torch.tensor(self.heads.heads_in(layer)), values[rows])
+            patches[layer] = LayerPatch.from_rows(self.heads.heads_in(layer), self.values[rows])
         return patches
 
     def check_model(self, identity: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from dpmtv.audit.membership import (
-    _teacher_forced,
+    AttackSettings,
     answer_log_probs,
     answer_token_ids,
     attack_metrics,
@@ -26,6 +26,7 @@ from dpmtv.audit.membership import (
     run_membership_attack,
     tpr_at_fpr,
 )
+from dpmtv.audit.membership.scoring import _teacher_forced
 from dpmtv.build import BuildSettings
 from dpmtv.cli import main
 from dpmtv.data import load_records
@@ -225,6 +226,11 @@ def test_public_clip_norms_are_per_layer_quantiles(tiny_llava, tiny_records):
 
 
 # ---- the attack and its report ------------------------------------------------------------------
+def _attack(heads, **overrides) -> AttackSettings:
+    options = {"bootstrap_resamples": 50, "progress": False, **overrides}
+    return AttackSettings(build=_settings(), heads=heads, **options)
+
+
 def _settings(**changes) -> BuildSettings:
     base = BuildSettings(
         epsilon=1.0,
@@ -244,13 +250,7 @@ def test_attack_reports_every_target_and_writes_outputs(tiny_llava, tiny_records
         tiny_llava,
         members,
         non_members,
-        settings=_settings(),
-        heads=heads,
-        icl_shots=4,
-        non_private_mtv=True,
-        bootstrap_resamples=50,
-        seed=0,
-        progress=False,
+        _attack(heads, icl_shots=4, non_private_mtv=True, seed=0),
     )
     assert [t.name for t in report.targets] == ["zero-shot", "icl", "dp-mtv", "mtv"]
     assert [(m.target, m.statistic) for m in report.metrics] == [
@@ -290,12 +290,8 @@ def test_shadow_statistic_subtracts_the_target_rebuilt_from_public_records(
         tiny_llava,
         members,
         non_members,
-        settings=_settings(),
-        heads=heads,
+        _attack(heads, seed=1),
         shadow=shadow,
-        bootstrap_resamples=50,
-        seed=1,
-        progress=False,
     )
     assert [(m.target, m.statistic) for m in report.metrics] == [
         ("zero-shot", "logprob"),
@@ -312,22 +308,18 @@ def test_shadow_statistic_subtracts_the_target_rebuilt_from_public_records(
     icl = report.target("icl")
     assert not np.allclose(icl.member_logp, icl.member_shadow)
     with pytest.raises(RecordError, match="shadow"):
-        run_membership_attack(
-            tiny_llava, members, non_members, settings=_settings(), heads=heads, shadow=shadow[:3]
-        )
+        run_membership_attack(tiny_llava, members, non_members, _attack(heads), shadow=shadow[:3])
 
 
 def test_attack_refuses_overlapping_or_empty_sets(tiny_llava, tiny_records):
     members, non_members = tiny_records
     heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
     with pytest.raises(RecordError, match="both a member and a non-member"):
-        run_membership_attack(tiny_llava, members, members[:2], settings=_settings(), heads=heads)
+        run_membership_attack(tiny_llava, members, members[:2], _attack(heads))
     with pytest.raises(RecordError, match="no non-member"):
-        run_membership_attack(tiny_llava, members, [], settings=_settings(), heads=heads)
+        run_membership_attack(tiny_llava, members, [], _attack(heads))
     with pytest.raises(ParameterError, match="target FPR"):
-        run_membership_attack(
-            tiny_llava, members, non_members, settings=_settings(), heads=heads, target_fpr=0.0
-        )
+        run_membership_attack(tiny_llava, members, non_members, _attack(heads, target_fpr=0.0))
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

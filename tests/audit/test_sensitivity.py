@@ -11,7 +11,7 @@ from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.build import BuildSettings
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
-from dpmtv.privacy import NeighbouringRelation, PrivacyUnit
+from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
 from tests.test_build_user_level import write_user_records
 
 USER_LEVEL = dict(privacy_unit="user", num_chunks=16, max_records_per_user=2)
@@ -53,7 +53,7 @@ def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypa
 
     def record_level(records, **kwargs):
         kwargs.update(
-            unit=PrivacyUnit.RECORD, relation=NeighbouringRelation.ADD_REMOVE_ONE, max_records_per_user=None
+            unit=PrivacyUnit.RECORD, relation=AdjacencyRelation.ADD_REMOVE_ONE, max_records_per_user=None
         )
         return real(records, **kwargs)
 

@@ -19,7 +19,7 @@ from dpmtv.eval import (
     run_evaluation,
 )
 from dpmtv.eval.methods import MethodSpec
-from dpmtv.eval.report import t_interval
+from dpmtv.eval.stats import t_interval
 from tests.conftest import write_records
 from tests.eval.fixtures import write_vizwiz
 

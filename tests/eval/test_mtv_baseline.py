@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 import pytest
 
-import dpmtv.inference
+import dpmtv.eval.methods
 from dpmtv.eval import EvalSettings, LoadOptions, load_record_files
 from dpmtv.eval.methods import MethodContext, MethodSpec, run_mtv
 from dpmtv.heads import parse_head_spec
@@ -29,7 +29,7 @@ def _mtv_vector(loaded, benchmark, l2_clip_norm, monkeypatch):
         captured.append(vector)
         return ["" for _ in queries]
 
-    monkeypatch.setattr(dpmtv.inference, "answer_queries", answer_queries)
+    monkeypatch.setattr(dpmtv.eval.methods, "answer_queries", answer_queries)
     settings = EvalSettings(
         methods=(MethodSpec("mtv"),), l2_clip_norm=(l2_clip_norm,), shots_per_chunk=2,
         allow_non_private=True, progress=False,

@@ -6,7 +6,7 @@ import pytest
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
-from dpmtv.eval.normalise import CONTRACTIONS, normalize_vqa_answer
+from dpmtv.eval.normalise import CONTRACTIONS, normalise_vqa_answer
 from dpmtv.eval.scorers import (
     ExactMatchScorer,
     MedicalScorer,
@@ -59,13 +59,13 @@ from dpmtv.eval.scorers import (
     ],
 )
 def test_vqa_normalisation(raw, normal):
-    assert normalize_vqa_answer(raw) == normal
+    assert normalise_vqa_answer(raw) == normal
 
 
 def test_normal_form_is_idempotent_and_table_complete():
     for raw in ["1,000", "t-shirt", "The two dogs", "dont", "3.5 m", "a.m."]:
-        once = normalize_vqa_answer(raw)
-        assert normalize_vqa_answer(once) == once
+        once = normalise_vqa_answer(raw)
+        assert normalise_vqa_answer(once) == once
     assert len(CONTRACTIONS) == 120 and CONTRACTIONS["wont"] == "won't"
 
 

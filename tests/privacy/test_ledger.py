@@ -15,7 +15,7 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpmtv.errors import BudgetExceededError, ParameterError
+from dpmtv.errors import BudgetExceededError, DpmtvError, LedgerError, ParameterError
 from dpmtv.privacy import gaussian_release_event
 from dpmtv.privacy.disjoint import DisjointReleases
 from dpmtv.privacy.ledger import Ledger, LedgerCharge, composed_epsilon
@@ -63,7 +63,7 @@ def test_init_refuses_bad_budget(ledger, kwargs, match):
 
 
 def test_missing_ledger_and_unknown_dataset(ledger):
-    with pytest.raises(ParameterError, match="no ledger at"):
+    with pytest.raises(LedgerError, match="no ledger at"):
         ledger.status("ds")
     assert not ledger.path.exists()  # a typo must not create an empty ledger
     ledger.init_dataset("ds", epsilon=1.0, delta=DELTA)
@@ -74,7 +74,7 @@ def test_missing_ledger_and_unknown_dataset(ledger):
 def test_not_a_ledger_file(tmp_path):
     path = tmp_path / "junk.sqlite"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ParameterError, match="junk.sqlite"):
+    with pytest.raises(LedgerError, match="junk.sqlite"):
         Ledger(path).status("ds")
 
 
@@ -355,7 +355,7 @@ def test_check_dataset_refuses_what_a_build_cannot_charge(ledger):
 
 def _selection_event(epsilon: float = 1.0, k: int = 2) -> dp_accounting.DpEvent:
     """Private head selection's event: k rounds of the ε/k-DP exponential mechanism."""
-    from dpmtv.privacy.selection import noisy_top_k_event
+    from dpmtv.privacy.noisy_top_k import noisy_top_k_event
 
     return noisy_top_k_event(epsilon=epsilon, k=k)
 
@@ -563,3 +563,11 @@ def test_cli_default_ledger_path_and_build_helper(tmp_path, monkeypatch):
     assert ledger.path == budget.default_ledger_path() and name == "x"
     with pytest.raises(ParameterError, match="--dataset"):
         budget.resolve_build_ledger(tmp_path / "l.sqlite", None)
+
+
+def test_a_foreign_sqlite_file_raises_ledger_error_naming_it(tmp_path):
+    path = tmp_path / "budget.sqlite"
+    sqlite3.connect(path).execute("CREATE TABLE other (x)").connection.close()  # SQLite, not ours
+    with pytest.raises(LedgerError, match="not a dpmtv ledger of format") as raised:
+        Ledger(path).status("ds")
+    assert str(path) in str(raised.value) and isinstance(raised.value, DpmtvError)

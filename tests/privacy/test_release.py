@@ -25,6 +25,8 @@ from dpmtv.privacy import (
     l2_sensitivity,
     partition_replace_one,
     plan_gaussian_release,
+    release_clipped_mean,
+    release_clipped_sum,
     release_without_noise,
     seeded_rng,
 )
@@ -171,3 +173,75 @@ def test_end_to_end_replace_one_release():
     released = add_gaussian_noise(mean, plan=plan, sampler=sampler)
     assert set(released.layers) == {0, 3}
     assert released.layers[3].shape == (6,) and released.plan.epsilon_spent <= 1.0
+
+
+def _rows(num_rows=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return {layer: 3.0 * rng.normal(size=(num_rows, dim)) for layer, dim in DIMS.items()}
+
+
+def test_release_clipped_mean_is_clip_then_mean_by_public_m_then_one_draw():
+    """The seam computes exactly the hand-assembled release (identical operations, so bitwise)."""
+    rows, norms = _rows(), {0: 1.0, 3: 0.5}
+    plan = plan_gaussian_release(
+        l2_sensitivity=0.3, epsilon=1.0, delta=1e-5, sampler=SeededGaussianSampler(7)
+    )
+    seam = release_clipped_mean(
+        rows, l2_clip_norms=norms, num_chunks=8, plan=plan, sampler=SeededGaussianSampler(7)
+    )
+    by_hand = ClippedSumAccumulator(DIMS)
+    by_hand.add(clip_l2_per_layer(rows, l2_clip_norms=norms))
+    expected = add_gaussian_noise(by_hand.mean(num_chunks=8), plan=plan, sampler=SeededGaussianSampler(7))
+    for layer in DIMS:
+        np.testing.assert_array_equal(seam.layers[layer], expected.layers[layer])
+
+
+def test_release_clipped_sum_of_merged_partial_sums_equals_one_accumulator():
+    """Workers' partial sums merged on the driver release what one process would (same draw)."""
+    rows = clip_l2_per_layer(_rows(6), l2_clip_norms={0: 1.0, 3: 1.0})
+    left = ClippedSumAccumulator.of({layer: r[:2] for layer, r in rows.items()})
+    left.merge(ClippedSumAccumulator.of({layer: r[2:] for layer, r in rows.items()}))
+    plan = plan_gaussian_release(
+        l2_sensitivity=0.3, epsilon=1.0, delta=1e-5, sampler=SeededGaussianSampler(3)
+    )
+    merged = release_clipped_sum(left, num_chunks=6, plan=plan, sampler=SeededGaussianSampler(3))
+    single = release_clipped_sum(
+        ClippedSumAccumulator.of(rows), num_chunks=6, plan=plan, sampler=SeededGaussianSampler(3)
+    )
+    for layer in DIMS:
+        np.testing.assert_allclose(merged.layers[layer], single.layers[layer], rtol=1e-12, atol=1e-12)
+
+
+def test_release_clipped_sum_charges_before_the_draw_and_a_refusal_draws_nothing():
+    calls = []
+
+    class Recording(SeededGaussianSampler):
+        def perturb(self, values, *, noise_std):
+            calls.append("noise")
+            return super().perturb(values, noise_std=noise_std)
+
+    sampler = Recording(0)
+    plan = plan_gaussian_release(l2_sensitivity=0.3, epsilon=1.0, delta=1e-5, sampler=sampler)
+    sums = ClippedSumAccumulator.of(clip_l2_per_layer(_rows(), l2_clip_norms={0: 1.0, 3: 1.0}))
+    release_clipped_sum(
+        sums, num_chunks=5, plan=plan, sampler=sampler, before_noise=lambda: calls.append("charge")
+    )
+    assert calls == ["charge", "noise"]
+
+    def refuse():
+        raise DangerousModeError("refused")
+
+    calls.clear()
+    sums = ClippedSumAccumulator.of(clip_l2_per_layer(_rows(), l2_clip_norms={0: 1.0, 3: 1.0}))
+    with pytest.raises(DangerousModeError, match="refused"):
+        release_clipped_sum(sums, num_chunks=5, plan=plan, sampler=sampler, before_noise=refuse)
+    assert calls == []
+
+
+def test_release_clipped_sum_without_a_plan_needs_the_explicit_switch():
+    sums = ClippedSumAccumulator.of(_rows())
+    with pytest.raises(DangerousModeError, match="non-private"):
+        release_clipped_sum(sums, num_chunks=5, plan=None)
+    sums = ClippedSumAccumulator.of(_rows())
+    released = release_clipped_sum(sums, num_chunks=5, plan=None, allow_non_private=True, l2_sensitivity=0.4)
+    assert not released.noised and released.plan.l2_sensitivity == 0.4

@@ -5,10 +5,10 @@ import math
 import pytest
 
 from dpmtv.errors import ParameterError
-from dpmtv.privacy import NeighbouringRelation, l2_sensitivity
+from dpmtv.privacy import AdjacencyRelation, l2_sensitivity
 
 
-@pytest.mark.parametrize("relation", list(NeighbouringRelation))
+@pytest.mark.parametrize("relation", list(AdjacencyRelation))
 def test_uniform_clip_norm(relation):
     # 2 C sqrt(L') / m with C = 1.5, L' = 4, m = 10
     got = l2_sensitivity(l2_clip_norms=[1.5] * 4, num_chunks=10, relation=relation)

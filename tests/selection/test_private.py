@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpmtv.heads import HeadSet
-from dpmtv.privacy.selection import plan_private_selection
+from dpmtv.privacy.noisy_top_k import plan_private_selection
 from dpmtv.selection import chunk_votes, select_private
 from tests.selection.planted import PLANTED
 

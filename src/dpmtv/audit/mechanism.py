@@ -2,9 +2,10 @@ r"""Run the release many times on neighbouring datasets and bound its privacy lo
 
 What is audited
 ===============
-The release as implemented by :mod:`dpmtv.privacy`: per-chunk vectors → ``clip_l2_per_layer`` →
-``ClippedSumAccumulator`` → ``mean(num_chunks=m)`` → ``add_gaussian_noise`` with the plan of
-``plan_gaussian_release`` (σ calibrated by the PLD accountant for ``Δ = l2_sensitivity(...)``).
+The release as implemented by :mod:`dpmtv.privacy`: per-chunk vectors → ``release_clipped_mean``
+(clip per layer → ``ClippedSumAccumulator`` → ``mean(num_chunks=m)`` → noise once, the build's
+``release_clipped_sum``) with the plan of ``plan_gaussian_release`` (σ calibrated by the PLD
+accountant for ``Δ = l2_sensitivity(...)``).
 Every trial goes through those library functions; only the noise sampler is chosen for speed
 (``csprng-numpy``: the analytic calibration applies to it; ``seed`` switches to the seeded
 sampler for reproducible test runs — an audit is not a release).
@@ -59,11 +60,12 @@ from dpmtv.privacy import (
     CsprngNumpyGaussianSampler,
     NoiseSampler,
     SeededGaussianSampler,
-    add_gaussian_noise,
     clip_l2_per_layer,
     l2_sensitivity,
     partition_replace_one,
     plan_gaussian_release,
+    release_clipped_mean,
+    release_clipped_sum,
     secure_rng,
     seeded_rng,
 )
@@ -282,10 +284,13 @@ def _release(
     mechanism: Mechanism,
 ) -> np.ndarray:
     """One release through the library: clip → accumulate → mean(m) → noise once; flat (Σ D_l,)."""
-    clipped = clip_l2_per_layer(rows, l2_clip_norms=l2_clip_norms) if mechanism.clip else rows
-    accumulator = ClippedSumAccumulator({layer: r.shape[1] for layer, r in rows.items()})
-    accumulator.add(clipped)
-    noised = add_gaussian_noise(accumulator.mean(num_chunks=num_chunks), plan=plan, sampler=sampler)
+    if mechanism.clip:
+        noised = release_clipped_mean(
+            rows, l2_clip_norms=l2_clip_norms, num_chunks=num_chunks, plan=plan, sampler=sampler
+        )
+    else:  # the deliberately broken mechanism: the same release of unclipped sums
+        sums = ClippedSumAccumulator.of(rows)
+        noised = release_clipped_sum(sums, num_chunks=num_chunks, plan=plan, sampler=sampler)
     return np.concatenate([noised.layers[layer] for layer in sorted(noised.layers)])
 
 

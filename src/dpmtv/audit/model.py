@@ -33,13 +33,22 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from dpmtv.audit.mechanism import MECHANISMS, AuditPoint, Mechanism, audit_chunk_vectors
+from dpmtv.audit.stats import epsilon_lower_bound
 from dpmtv.build import DEFAULT_QUERY_QUESTION, chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.privacy import clip_l2_per_layer, partition_replace_one, secure_rng, seeded_rng
+from dpmtv.privacy import (
+    CsprngNumpyGaussianSampler,
+    clip_l2_per_layer,
+    l2_sensitivity,
+    partition_replace_one,
+    plan_gaussian_release,
+    secure_rng,
+    seeded_rng,
+)
 
 __all__ = ["POWER_FRACTIONS", "ModelCanary", "audit_model", "canary_power", "model_chunk_vectors"]
 
@@ -167,9 +176,6 @@ def canary_power(
     fraction and ``largest_fraction_flagged``: the largest σ fraction flagged in at least half of
     the repetitions (None if none is) — the smallest calibration bug this canary catches.
     """
-    from dpmtv.audit.stats import epsilon_lower_bound
-    from dpmtv.privacy import CsprngNumpyGaussianSampler, l2_sensitivity, plan_gaussian_release
-
     layers = sorted(l2_clip_norms)
     sensitivity = l2_sensitivity(
         l2_clip_norms=[l2_clip_norms[layer] for layer in layers],

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpmtv.audit._io import write_json_atomically, write_text_atomically
 from dpmtv.audit.mechanism import AuditPoint
 
 __all__ = ["AuditReport", "bonferroni_confidence"]
@@ -164,8 +163,8 @@ class AuditReport:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / "audit.json", "markdown": out / "audit.md", "plot": out / "audit.png"}
-        _atomic_text(paths["json"], json.dumps(self.to_json(), indent=2, default=_json_default) + "\n")
-        _atomic_text(paths["markdown"], self.to_markdown())
+        write_json_atomically(paths["json"], self.to_json())
+        write_text_atomically(paths["markdown"], self.to_markdown())
         self.save_plot(paths["plot"])
         return paths
 
@@ -176,18 +175,3 @@ def _verdict(point: AuditPoint) -> str:
     if point.epsilon_claimed >= point.bound.epsilon_max_detectable:
         return "beyond reach"
     return "ok"
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (Path,)):
-        return str(value)
-    if isinstance(value, Sequence):
-        return list(value)
-    return float(value)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.replace(temporary, path)

@@ -46,7 +46,7 @@ from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.privacy import NeighbouringRelation, Partition, PrivacyUnit
+from dpmtv.privacy import AdjacencyRelation, Partition, PrivacyUnit
 
 __all__ = ["SensitivityAudit", "SensitivityPair", "audit_sensitivity"]
 
@@ -231,12 +231,14 @@ def _neighbours(records: Sequence[Record], settings: BuildSettings, rng: np.rand
         users = sorted({r.user_id for r in records if r.user_id is not None})
         for user in rng.permutation(users)[:count]:
             yield "remove", f"user {user}", [r for r in records if r.user_id != user]
-        canaries = [_canary(records[0], f"{_CANARY_USER}-{k}", _CANARY_USER, k) for k in
-                    range(settings.max_records_per_user + 2)]
+        canaries = [
+            _canary(records[0], f"{_CANARY_USER}-{k}", _CANARY_USER, k)
+            for k in range(settings.max_records_per_user + 2)
+        ]
         yield "add", _CANARY_USER, [*records, *canaries]
         return
     chosen = rng.permutation(len(records))[:count]
-    if settings.relation is NeighbouringRelation.REPLACE_ONE:
+    if settings.relation is AdjacencyRelation.REPLACE_ONE:
         for i in chosen:
             canary = _canary(records[i], records[i].record_id, records[i].user_id, int(i))
             yield "replace", f"record {i}", [*records[:i], canary, *records[i + 1 :]]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Mapping
+from typing import Any
 
 import click
 from rich.console import Console
@@ -95,6 +97,20 @@ def model_options(function):
         show_default=True,
         help="Local checkpoint folder, hub id, or 'embedded' (the packaged model).",
     )(function)
+
+
+def build_settings(options: Mapping[str, Any], **fields: Any):
+    """The :class:`~dpmtv.settings.BuildSettings` of a command: every parsed option named like a
+    settings field (``--epsilon``, ``--shots-per-chunk``, ...), ``progress`` from ``--quiet``,
+    then ``fields`` (what the command derives itself) over them."""
+    import dataclasses
+
+    from dpmtv.settings import BuildSettings  # imported when needed: it pulls in numpy
+
+    names = {field.name for field in dataclasses.fields(BuildSettings)}
+    values = {name: options[name] for name in names if name in options}
+    values["progress"] = not options.get("quiet", False)
+    return BuildSettings(**{**values, **fields})
 
 
 def float_list(ctx, param, value: str | None) -> tuple[float, ...] | None:

@@ -7,18 +7,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import clip_norms_or_auto, console, err_console
+from dpmtv.cli._common import build_settings, clip_norms_or_auto, console, err_console, model_options
 from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 
 
 @click.command(name="attack")
-@click.option(
-    "--model",
-    "model_path",
-    default="embedded",
-    show_default=True,
-    help="Checkpoint folder, hub id or 'embedded'.",
-)
+@model_options
 @click.option("--data", "data_path", type=click.Path(path_type=Path), help="Member (private) records.")
 @click.option(
     "--non-members", "non_members_path", type=click.Path(path_type=Path), help="Non-member records."
@@ -99,8 +93,6 @@ from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
     "--noise-sampler", type=click.Choice(["opendp", "csprng-numpy"]), default="opendp", show_default=True
 )
 @click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
-@click.option("--device", default="cpu", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Attack randomness and embedded data.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
@@ -110,8 +102,7 @@ def command(**options):
     own answer (log-probability), reports ROC AUC with a bootstrap CI and TPR at low FPR. Writes
     membership.json, membership.md and membership_roc.png to --out. The report is NOT private: it
     holds statistics of the member records."""
-    from dpmtv.audit.membership import run_membership_attack
-    from dpmtv.build import BuildSettings
+    from dpmtv.audit.membership import AttackSettings, run_membership_attack
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
@@ -122,27 +113,15 @@ def command(**options):
     clip = options["l2_clip_norm"]
     if clip == "auto":
         clip = _auto_clip(loaded, heads, data.public, options)
-    settings = BuildSettings(
-        epsilon=options["epsilon"],
-        delta=options["delta"],
-        l2_clip_norm=tuple(clip),
-        shots_per_chunk=options["shots_per_chunk"],
-        query=options["query"],
-        batch_size=options["batch_size"],
-        noise_sampler=options["noise_sampler"],
-        head_selection={"method": "user", "spec": options["head_spec"]},
-        progress=not options["quiet"],
+    settings = build_settings(
+        options, l2_clip_norm=tuple(clip), head_selection={"method": "user", "spec": options["head_spec"]}
     )
     description = {**data.description, "l2_clip_norm_source": _clip_source(options)}
-    report = run_membership_attack(
-        loaded,
-        data.members,
-        data.non_members,
-        settings=settings,
+    attack = AttackSettings(
+        build=settings,
         heads=heads,
         icl_shots=options["icl_shots"],
         non_private_mtv=options["non_private_mtv"],
-        shadow=data.public if options["shadow"] else None,
         target_fpr=options["target_fpr"],
         confidence=options["confidence"],
         bootstrap_resamples=options["bootstrap"],
@@ -151,6 +130,8 @@ def command(**options):
         data_description=description,
         progress=not options["quiet"],
     )
+    shadow = data.public if options["shadow"] else None
+    report = run_membership_attack(loaded, data.members, data.non_members, attack, shadow=shadow)
     paths = report.write(options["out"])
     _print(report)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import console, err_console, float_list
+from dpmtv.cli._common import build_settings, console, err_console, float_list
 
 _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 
@@ -233,7 +233,6 @@ def _model(options):
 
 def _sensitivity(options) -> None:
     from dpmtv.audit.sensitivity import audit_sensitivity
-    from dpmtv.build import BuildSettings
     from dpmtv.data import load_records
     from dpmtv.errors import ParameterError
     from dpmtv.heads import parse_head_spec
@@ -244,19 +243,10 @@ def _sensitivity(options) -> None:
         raise ParameterError(f"--sensitivity needs --{missing[0].replace('_path', '').replace('_', '-')}")
     records = load_records(options["data_path"])
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
-    settings = BuildSettings(
+    settings = build_settings(
+        options,
         epsilon=1.0,  # unused: the audit computes un-noised means
-        delta=options["delta"],
         l2_clip_norm=tuple(options["l2_clip_norm"]),
-        shots_per_chunk=options["shots_per_chunk"],
-        privacy_unit=options["privacy_unit"],
-        neighbouring_relation=options["neighbouring_relation"],
-        num_chunks=options["num_chunks"],
-        max_records_per_user=options["max_records_per_user"],
-        query=options["query"],
-        center=options["center"],
-        batch_size=options["batch_size"],
-        progress=not options["quiet"],
     )
     audit = audit_sensitivity(
         loaded,

@@ -16,6 +16,7 @@ from dpmtv._output_path import (
     prepare_output_folder,
 )
 from dpmtv.cli._common import (
+    build_settings,
     clip_norms_or_auto,
     console,
     err_console,
@@ -24,7 +25,7 @@ from dpmtv.cli._common import (
     print_warning,
 )
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
-from dpmtv.errors import ParameterError
+from dpmtv.errors import LedgerError, ParameterError
 from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
@@ -261,10 +262,9 @@ def command(
     clip_quantile,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
-    from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+    from dpmtv.build import build_task_vector
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model
-    from dpmtv.privacy.ledger_access import check_ledger_writable
     from dpmtv.settings import relation_for_unit
 
     if epsilon is None and not non_private:
@@ -280,57 +280,22 @@ def command(
     ledger = resolve_build_ledger(ledger_path, dataset)
     check_output_path(out, force=force, protected=_protected_paths(data_path, ledger))
     if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
-        ledger[0].busy_timeout_s = ledger_timeout_s
         relation = relation_for_unit(privacy_unit, neighbouring_relation).value
-        _check_dataset(*ledger, relation, privacy_unit, void_reason)
-        check_ledger_writable(ledger[0], timeout_s=ledger_timeout_s, on_wait=print_warning)
+        _check_ledger(*ledger, relation, privacy_unit, void_reason, timeout_s=ledger_timeout_s)
     records = load_records(data_path)
     check_not_an_input(out, _image_paths(records), "an image of a record")
     _check_public_inputs(records, heads_from, center, query, public_data)
     prepare_output_folder(out)
     loaded = load_model(model_path, dtype=dtype, device=device)
-    private_selection = None
-    if heads_from == "private":
-        heads, head_selection = None, {"method": "private"}
-        private_selection = PrivateSelectionSettings(
-            k=select_k,
-            selection_fraction=selection_fraction,
-            composition=selection_composition,
-            pool=select_pool,
-        )
-    else:
-        heads, head_selection = resolve_heads(
-            loaded,
-            head_spec=head_spec,
-            heads_from=heads_from,
-            method=select_method,
-            shots_per_chunk=shots_per_chunk,
-            pool=select_pool,
-            batch_size=batch_size,
-            progress=not quiet,
-        )
-    settings = BuildSettings(
+    params = click.get_current_context().params
+    heads, head_selection, private_selection = _heads(loaded, params)
+    settings = build_settings(
+        params,
         epsilon=math.inf if non_private else epsilon,
-        delta=delta,
         l2_clip_norm=(1.0,) if l2_clip_norm == "auto" else l2_clip_norm,  # auto: chosen just below
-        shots_per_chunk=shots_per_chunk,
-        neighbouring_relation=neighbouring_relation,
-        num_chunks=num_chunks,
-        privacy_unit=privacy_unit,
-        max_records_per_user=max_records_per_user,
-        show_private_counts=show_private_counts,
-        query=query,
-        query_question=query_question,
-        center=center,
-        batch_size=batch_size,
-        noise_sampler=noise_sampler,
-        insecure_seed=insecure_seed,
         allow_insecure_seed=insecure_seed is not None,
-        non_private=non_private,
         private_selection=private_selection,
         head_selection=head_selection,
-        progress=not quiet,
-        max_prompt_tokens=max_prompt_tokens,
     )
     if l2_clip_norm == "auto":
         settings = replace(
@@ -355,35 +320,6 @@ def command(
     print_vector_summary(result.vector.metadata, path=result.path)
     if charge is not None:
         _print_charge(charge)
-
-
-def resolve_heads(loaded, *, head_spec, heads_from, method, shots_per_chunk, pool, batch_size, progress):
-    """The released head set and how it was chosen: --heads, a saved selection, or a public
-    selection run now on public records (no privacy cost: the records are public)."""
-    from dpmtv.data import load_records
-    from dpmtv.heads import parse_head_spec
-    from dpmtv.selection import SelectionResult, select_public
-
-    geometry = loaded.adapter.geometry
-    if head_spec is not None:
-        return parse_head_spec(head_spec, geometry), {"method": "user", "spec": head_spec}
-    if heads_from.startswith("public:"):
-        result = select_public(
-            loaded,
-            load_records(heads_from[len("public:") :]),
-            method=method,
-            shots=shots_per_chunk,
-            pool=parse_head_spec(pool, geometry),
-            batch_size=batch_size,
-            progress=progress,
-        )
-    elif Path(heads_from).is_file():
-        result = SelectionResult.load(heads_from)
-    else:
-        raise ParameterError(
-            f"--heads-from '{heads_from}' is not 'public:FILE', 'private' or a saved selection file"
-        )
-    return result.heads.check(geometry), result.to_metadata()
 
 
 def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
@@ -450,7 +386,7 @@ def _explain_failure(charge, exc: BaseException) -> None:
     receipt = None if charge is None else charge.receipt
     if receipt is None:
         if charge is not None and isinstance(exc, sqlite3.OperationalError):  # still locked at the charge
-            raise ParameterError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
+            raise LedgerError(f"ledger '{charge.ledger.path}': {exc}; nothing was charged") from None
         if isinstance(exc, OSError):
             nothing = "; nothing was charged" if charge is not None else ""
             raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None
@@ -488,11 +424,42 @@ def _void_reason(non_private, insecure_seed, dataset, void_budget) -> str | None
     return reason if dataset is not None else None
 
 
-def _check_dataset(book, dataset, neighbouring_relation, privacy_unit, void_reason) -> None:
+def _check_ledger(book, dataset, neighbouring_relation, privacy_unit, void_reason, *, timeout_s) -> None:
+    """Refuse an unknown dataset, another relation or unit, or a ledger that cannot be written."""
+    from dpmtv.privacy.ledger_access import check_ledger_writable
+
+    book.busy_timeout_s = timeout_s
     if void_reason is not None:
         book.status(dataset)  # it must exist
     else:
         book.check_dataset(dataset, neighbouring_relation=neighbouring_relation, privacy_unit=privacy_unit)
+    check_ledger_writable(book, timeout_s=timeout_s, on_wait=print_warning)
+
+
+def _heads(loaded, params):
+    """(head set, how it was chosen, private selection settings): --heads or --heads-from."""
+    from dpmtv.heads import resolve_heads
+    from dpmtv.settings import PrivateSelectionSettings
+
+    if params["heads_from"] == "private":
+        private_selection = PrivateSelectionSettings(
+            k=params["select_k"],
+            selection_fraction=params["selection_fraction"],
+            composition=params["selection_composition"],
+            pool=params["select_pool"],
+        )
+        return None, {"method": "private"}, private_selection
+    heads, head_selection = resolve_heads(
+        loaded,
+        head_spec=params["head_spec"],
+        heads_from=params["heads_from"],
+        method=params["select_method"],
+        shots_per_chunk=params["shots_per_chunk"],
+        pool=params["select_pool"],
+        batch_size=params["batch_size"],
+        progress=not params["quiet"],
+    )
+    return heads, head_selection, None
 
 
 def _check_public_inputs(records, heads_from, center, query, public_data) -> None:
@@ -509,34 +476,19 @@ def _check_public_inputs(records, heads_from, center, query, public_data) -> Non
 
 
 def _ledger_charge(ledger, settings, loaded, out, void_reason):
-    """The ledger callback, with the build's PUBLIC parameters only (never data)."""
+    """The ledger callback (None without --dataset)."""
     if ledger is None:
         return None
     from dpmtv._version import __version__
     from dpmtv.privacy.ledger import LedgerCharge
 
     book, dataset = ledger
-    parameters = {
-        "epsilon": settings.epsilon,
-        "delta": settings.delta,
-        "l2_clip_norm": list(settings.l2_clip_norm),
-        "shots_per_chunk": settings.shots_per_chunk,
-        "num_chunks": settings.num_chunks,
-        "neighbouring_relation": settings.relation.value,
-        "privacy_unit": settings.privacy_unit.value,
-        "noise_sampler": settings.noise_sampler,
-        "insecure_seed": settings.insecure_seed,
-        "non_private": settings.non_private,
-        "model": loaded.name_or_path,
-        "head_selection": settings.head_selection,
-        "dpmtv": __version__,
-    }
-    return LedgerCharge(
+    return LedgerCharge.for_build(
         book,
         dataset,
-        neighbouring_relation=settings.relation.value,
-        privacy_unit=settings.privacy_unit.value,
-        parameters=parameters,
+        settings,
+        model=loaded.name_or_path,
+        library_version=__version__,
         artifact=out,
         void_reason=void_reason,
     )

@@ -43,6 +43,8 @@ from functools import cache
 import numpy as np
 from PIL import Image
 
+from dpmtv.errors import ParameterError
+
 IMAGE_SIZE = 24
 QUESTION = "What is the answer?"
 
@@ -334,7 +336,7 @@ def get_task(name: str) -> Task:
         if task.name == name:
             return task
     examples = [t.name for t in task_suite(label_maps=True)]
-    raise KeyError(f"unknown embedded task '{name}'; for example: {examples}")
+    raise ParameterError(f"unknown embedded task '{name}'; for example: {examples}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@
 Modules: :mod:`~dpmtv.eval.scorers` (metrics and the VQA normalisation),
 :mod:`~dpmtv.eval.benchmarks` (loaders by name), :mod:`~dpmtv.eval.methods` (the methods),
 :mod:`~dpmtv.eval.dp_icl` (the DP-ICL baseline's model side; its privacy maths is
-:mod:`dpmtv.privacy.vote`), :mod:`~dpmtv.eval.runner`, :mod:`~dpmtv.eval.report`,
+:mod:`dpmtv.privacy.noisy_vote`), :mod:`~dpmtv.eval.runner`, :mod:`~dpmtv.eval.report`,
 :mod:`~dpmtv.eval.plots`.
 """
 

@@ -1,6 +1,6 @@
 """The token-space DP-ICL baseline, model side: build each query's ensemble of prompts, run the
 vote forward pass, count the votes, then release noisy-argmax answers (privacy maths in
-:mod:`dpmtv.privacy.vote`).
+:mod:`dpmtv.privacy.noisy_vote`).
 
 Two ensembles:
 
@@ -34,7 +34,7 @@ from dpmtv.eval.methods import MethodContext, MethodOutput
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import SeededGaussianSampler, epsilon_of, partition_replace_one, seeded_rng
 from dpmtv.privacy.noise import NoiseSampler
-from dpmtv.privacy.vote import (
+from dpmtv.privacy.noisy_vote import (
     calibrate_per_query_noise,
     calibrate_subsampled_query_noise,
     dp_icl_epsilon,
@@ -108,7 +108,7 @@ def ensemble_from_draws(
     """Row ``i`` of ``draws`` (``(N, 3)`` uniforms) decides record ``i`` alone: it joins when
     ``u₀ < q`` (Poisson sampling), goes to prompt ``floor(u₁·M)`` and sits in the prompt in the
     order of ``u₂``. Since no record's draws touch another's, adding or removing a record changes
-    at most the one prompt it lands in (the coupling behind Δ = √2 in :mod:`dpmtv.privacy.vote`)."""
+    at most the one prompt it lands in (the coupling behind Δ = √2 in :mod:`dpmtv.privacy.noisy_vote`)."""
     ids = np.arange(len(draws)) if record_ids is None else np.asarray(record_ids)
     joined = draws[:, 0] < sampling_probability
     prompt = np.minimum((draws[:, 1] * num_prompts).astype(np.int64), num_prompts - 1)

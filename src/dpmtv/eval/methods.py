@@ -39,6 +39,13 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv._version import __version__
+from dpmtv.build import (
+    DEFAULT_QUERY_QUESTION,
+    BuildSettings,
+    build_task_vectors_for_epsilons,
+    chunk_prompt,
+)
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.eval.benchmarks import Benchmark
 from dpmtv.eval.generation import (
@@ -49,8 +56,12 @@ from dpmtv.eval.generation import (
     fit_demonstrations,
     generate_answers,
 )
+from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
+from dpmtv.inference import answer_queries
+from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
+from dpmtv.privacy import event_to_json
 from dpmtv.prompts import Prompt
 from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
@@ -194,8 +205,6 @@ class MethodOutput:
 
 
 def run_zero_shot(ctx: MethodContext) -> MethodOutput:
-    from dpmtv.inference import answer_queries
-
     s = ctx.settings
     answers = answer_queries(
         ctx.loaded, ctx.queries(), max_new_tokens=s.max_new_tokens, batch_size=s.batch_size
@@ -237,8 +246,6 @@ def _shots_details(shots: int, used: list[int], budget: int) -> dict[str, Any]:
 def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
     """MTV (Huang et al., NeurIPS 2024): the plain mean over chunks of the heads' last-token
     outputs, with neither clipping nor noise, then answer with it."""
-    from dpmtv.inference import answer_queries
-
     s = ctx.settings
     vector, num_chunks = mtv_task_vector(ctx, seed)
     answers = answer_queries(
@@ -252,9 +259,6 @@ def mtv_task_vector(ctx: MethodContext, seed: int) -> tuple[TaskVector, int]:
     """The MTV vector and its number of chunks: the train pool shuffled (seeded), cut into
     ``floor(N/s)`` chunks of ``s`` records, each a many-shot prompt; the mean of the heads'
     outputs over the chunks. Labelled non-private (ε = ∞, no noise, no clip norm)."""
-    from dpmtv.build import DEFAULT_QUERY_QUESTION, chunk_prompt
-    from dpmtv.extract import mean_selected_heads
-
     s, train, heads = ctx.settings, ctx.benchmark.train, _vector_heads(ctx)
     order = np.random.default_rng(derive_seed(seed, "mtv")).permutation(len(train))
     num_chunks = len(train) // s.shots_per_chunk
@@ -276,10 +280,6 @@ def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> Artifa
     from datetime import datetime, timezone
 
     import dp_accounting
-
-    from dpmtv._version import __version__
-    from dpmtv.models.fingerprint import model_identity
-    from dpmtv.privacy import event_to_json
 
     privacy = PrivacyMetadata(
         private=False, epsilon=math.inf, delta=0.0, epsilon_spent=math.inf,
@@ -319,9 +319,6 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     seed are therefore extracted once, at its first ε, and released at every evaluated ε
     (:func:`dpmtv.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
     these builds experiments at the σ of (ε, δ), not private releases."""
-    from dpmtv.build import build_task_vectors_for_epsilons
-    from dpmtv.inference import answer_queries
-
     s = ctx.settings
     if seed not in ctx.dp_mtv_builds:
         epsilons = s.evaluated_epsilons
@@ -346,8 +343,6 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
 
 def _dp_mtv_settings(ctx: MethodContext, seed: int):
     """The build settings of a seed (ε is set per release)."""
-    from dpmtv.build import BuildSettings
-
     s = ctx.settings
     add_remove = s.neighbouring_relation == "add-remove-one"
     return BuildSettings(

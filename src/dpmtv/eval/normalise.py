@@ -34,7 +34,7 @@ __all__ = [
     "NUMBER_WORDS",
     "PUNCTUATION",
     "VIZWIZ_CONTRACTIONS",
-    "normalize_vqa_answer",
+    "normalise_vqa_answer",
     "process_digit_article",
     "process_punctuation",
 ]
@@ -109,7 +109,7 @@ _PERIOD_NOT_BEFORE_DIGIT = re.compile(r"\.(?!\d)", re.ASCII)
 _OFFICIAL_PERIOD_COUNT = int(re.UNICODE)  # 32: the flag the official code passes as sub()'s count
 
 
-def normalize_vqa_answer(text: str) -> str:
+def normalise_vqa_answer(text: str) -> str:
     """``text`` in the official VQA normal form (steps 1–4 of the module docstring)."""
     text = text.replace("\n", " ").replace("\t", " ").strip()
     return process_digit_article(process_punctuation(text))

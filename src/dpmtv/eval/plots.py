@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dpmtv.eval.runner import EvalResults  # noqa: E402
+from dpmtv.eval.stats import t_interval  # noqa: E402
 from dpmtv.plot_style import epsilon_axis, method_label, method_style  # noqa: E402
 
 
@@ -71,8 +72,6 @@ def plot_queries(results: EvalResults, summary: list[dict], path: Path) -> Path:
 def queries_figure(results: EvalResults, summary: list[dict]):
     """DP-ICL's accuracy at the per-query noise a total budget allows for Q queries, vs DP-MTV's
     flat line (its queries are free after the one release), over Q = 1 … 10,000."""
-    from dpmtv.eval.report import t_interval
-
     curve, metric = results.queries_curve or {}, results.primary_metric
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     grid = curve.get("num_queries", [1, 10_000])

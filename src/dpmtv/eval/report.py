@@ -9,27 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy import stats
-
+from dpmtv.eval.plots import plot_privacy_utility, plot_queries
 from dpmtv.eval.runner import EvalResults, RunResult
-
-CONFIDENCE = 0.95
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float | None]:
-    """``(mean, half-width)`` of the t-interval; half-width None for fewer than two values."""
-    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if data.size == 0:
-        return math.nan, None
-    if data.size < 2:
-        return float(data.mean()), None
-    sem = data.std(ddof=1) / math.sqrt(data.size)
-    return float(data.mean()), float(stats.t.ppf(0.5 + confidence / 2, data.size - 1) * sem)
+from dpmtv.eval.stats import t_interval
 
 
 def summarise(results: EvalResults) -> list[dict[str, Any]]:
@@ -60,8 +45,6 @@ def summarise(results: EvalResults) -> list[dict[str, Any]]:
 
 def write_report(results: EvalResults, out: str | Path) -> dict[str, Path]:
     """Write every output into ``out`` (created); returns their paths by name."""
-    from dpmtv.eval.plots import plot_privacy_utility, plot_queries
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(results)

@@ -33,7 +33,7 @@ from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.eval.normalise import (
     VIZWIZ_CONTRACTIONS,
-    normalize_vqa_answer,
+    normalise_vqa_answer,
     process_digit_article,
     process_punctuation,
 )
@@ -48,7 +48,7 @@ __all__ = [
     "closed_exact_match",
     "extract_option_letter",
     "is_yes_no_question",
-    "normalize_answer",
+    "normalise_answer",
     "open_exact_match",
     "option_letter_accuracy",
     "VQA_RULES",
@@ -59,7 +59,7 @@ __all__ = [
 
 YES_NO = ("yes", "no")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-normalize_answer = normalize_vqa_answer  # one normal form for every scorer
+normalise_answer = normalise_vqa_answer  # one normal form for every scorer
 
 
 # ---- metric functions ------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def vqa_accuracy(prediction: str, answers: Sequence[str], *, rule: str) -> float
     * ``"vqa"`` — GT-Vision-Lab/VQA ``vqaEval.py`` since its 2021 revision: both sides are
       stripped (newlines and tabs → spaces); ONLY when the stripped references are not all
       identical are references and prediction put in the normal form
-      (:func:`~dpmtv.eval.normalise.normalize_vqa_answer`); otherwise the raw stripped strings
+      (:func:`~dpmtv.eval.normalise.normalise_vqa_answer`); otherwise the raw stripped strings
       are compared (``'Yes'`` vs 10 × ``'Yes'`` → 1, ``'yes'`` vs 10 × ``'Yes'`` → 0).
     * ``"vizwiz"`` — the VizWiz-VQA evaluator: only the prediction is normalised (with
       :data:`~dpmtv.eval.normalise.VIZWIZ_CONTRACTIONS`); references are compared as written,
@@ -111,13 +111,13 @@ def _match_forms(answers: Sequence[str], rule: str) -> tuple[list[str], Callable
     if not answers:
         raise ParameterError("vqa_accuracy needs at least one reference answer, got none")
     if rule == "lenient":
-        return [normalize_vqa_answer(a) for a in answers], normalize_vqa_answer
+        return [normalise_vqa_answer(a) for a in answers], normalise_vqa_answer
     if rule == "vizwiz":
         return list(answers), _vizwiz_prediction
     if rule == "vqa":
         stripped = [_strip(a) for a in answers]
         if len(set(stripped)) > 1:
-            return [normalize_vqa_answer(a) for a in stripped], normalize_vqa_answer
+            return [normalise_vqa_answer(a) for a in stripped], normalise_vqa_answer
         return stripped, _strip
     raise ParameterError(f"unknown VQA accuracy rule {rule!r}; use one of {', '.join(VQA_RULES)}")
 
@@ -148,7 +148,7 @@ def extract_option_letter(prediction: str, options: Sequence[str] = ()) -> str |
         match = pattern.match(text)
         if match and match.group(1).upper() in valid:
             return match.group(1).upper()
-    norm, names = normalize_answer(text), [normalize_answer(o) for o in options]
+    norm, names = normalise_answer(text), [normalise_answer(o) for o in options]
     if norm in names:
         return LETTERS[names.index(norm)]
     contained = [i for i, name in enumerate(names) if name and re.search(rf"\b{re.escape(name)}\b", norm)]
@@ -160,21 +160,21 @@ def option_letter_accuracy(prediction: str, gold_letter: str, options: Sequence[
 
 
 def closed_exact_match(prediction: str, answer: str) -> float:
-    gold, pred = normalize_answer(answer), normalize_answer(prediction)
+    gold, pred = normalise_answer(answer), normalise_answer(prediction)
     if gold in YES_NO:
         return float(pred.split()[:1] == [gold])
     return float(pred == gold)
 
 
 def open_exact_match(prediction: str, answer: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(answer))
+    return float(normalise_answer(prediction) == normalise_answer(answer))
 
 
 def token_recall(prediction: str, answer: str) -> float:
-    gold = set(normalize_answer(answer).split())
+    gold = set(normalise_answer(answer).split())
     if not gold:
-        return float(not normalize_answer(prediction))
-    return len(gold & set(normalize_answer(prediction).split())) / len(gold)
+        return float(not normalise_answer(prediction))
+    return len(gold & set(normalise_answer(prediction).split())) / len(gold)
 
 
 def aggregate_scores(scores: Iterable[Mapping[str, float]]) -> dict[str, float]:
@@ -207,7 +207,7 @@ class Scorer(ABC):
 
     def vote_key(self, record: Record, prediction: str) -> str:
         """The normal form under which DP-ICL counts a chunk's answer."""
-        return normalize_answer(prediction)
+        return normalise_answer(prediction)
 
     @abstractmethod
     def candidates(self, record: Record) -> tuple[str, ...]:
@@ -227,7 +227,7 @@ class Scorer(ABC):
 
 
 def _vocabulary(answers: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted({normalize_answer(a) for a in answers} - {""}))
+    return tuple(sorted({normalise_answer(a) for a in answers} - {""}))
 
 
 class ExactMatchScorer(Scorer):
@@ -303,7 +303,7 @@ class OptionLetterScorer(Scorer):
 
     def vote_key(self, record: Record, prediction: str) -> str:
         letter = extract_option_letter(prediction, self._lookup(self.options, record))
-        return letter if letter is not None else normalize_answer(prediction)
+        return letter if letter is not None else normalise_answer(prediction)
 
     def candidates(self, record: Record) -> tuple[str, ...]:
         return tuple(LETTERS[: len(self._lookup(self.options, record))])
@@ -339,7 +339,7 @@ class MedicalScorer(Scorer):
         }
 
     def vote_key(self, record: Record, prediction: str) -> str:
-        key = normalize_answer(prediction)
+        key = normalise_answer(prediction)
         if self._lookup(self.kinds, record) == "closed" and key.split()[:1] in (["yes"], ["no"]):
             return key.split()[0]
         return key

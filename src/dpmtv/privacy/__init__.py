@@ -5,8 +5,9 @@ Imports only numpy, scipy (via dp-accounting), dp-accounting, opendp and the sta
 no model code. The data flow of a release::
 
     partition_private_records -> (model, elsewhere) -> clip_l2_per_layer -> ClippedSumAccumulator.add
-    -> .mean(num_chunks=m) -> UnnoisedMean
-    l2_sensitivity -> plan_gaussian_release -> add_gaussian_noise(mean) -> NoisedVector
+    l2_sensitivity -> plan_gaussian_release
+    release_clipped_sum(sums, num_chunks=m, plan) = .mean(num_chunks=m) -> add_gaussian_noise -> NoisedVector
+    (release_clipped_mean(rows, ...) clips in-memory rows and does the same)
 """
 
 from dpmtv.privacy.aggregate import ClippedSumAccumulator, UnnoisedMean
@@ -43,12 +44,14 @@ from dpmtv.privacy.partition import (
     secure_rng,
     seeded_rng,
 )
-from dpmtv.privacy.relation import NeighbouringRelation, parse_relation
+from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 from dpmtv.privacy.release import (
     GaussianReleasePlan,
     NoisedVector,
     add_gaussian_noise,
     plan_gaussian_release,
+    release_clipped_mean,
+    release_clipped_sum,
     release_without_noise,
 )
 from dpmtv.privacy.sensitivity import l2_sensitivity
@@ -67,7 +70,7 @@ __all__ = [
     "ClippedSumAccumulator",
     "CsprngNumpyGaussianSampler",
     "GaussianReleasePlan",
-    "NeighbouringRelation",
+    "AdjacencyRelation",
     "NoiseSampler",
     "NoisedVector",
     "OpenDPGaussianSampler",
@@ -102,6 +105,8 @@ __all__ = [
     "partition_randomness",
     "partition_replace_one",
     "plan_gaussian_release",
+    "release_clipped_mean",
+    "release_clipped_sum",
     "release_without_noise",
     "secure_rng",
     "seeded_rng",

@@ -104,6 +104,13 @@ class ClippedSumAccumulator:
         self._num_rows = 0
         self._finalised = False
 
+    @classmethod
+    def of(cls, clipped: Mapping[int, np.ndarray]) -> ClippedSumAccumulator:
+        """An accumulator holding the sums of one batch of clipped rows, layer -> ``(B, D_l)``."""
+        accumulator = cls({layer: int(np.shape(rows)[1]) for layer, rows in clipped.items()})
+        accumulator.add(clipped)
+        return accumulator
+
     @property
     def num_rows(self) -> int:
         """How many chunk rows were added (data-dependent under add-remove: never divide by it)."""

@@ -66,24 +66,33 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import dp_accounting
-
-from dpmtv.errors import BudgetExceededError, ParameterError
+from dpmtv.errors import BudgetExceededError, LedgerError, ParameterError
+from dpmtv.privacy._ledger_format import (
+    _MIGRATE_1_TO_2,
+    _SCHEMA,
+    DEFAULT_RELATION,
+    DEFAULT_UNIT,
+    PRIVACY_UNITS,
+    SCHEMA_VERSION,
+    check_event,
+    check_name,
+    check_parameters,
+    check_relation,
+    check_unit,
+    migrate_dataset,
+    now,
+)
 from dpmtv.privacy.calibrate import validate_epsilon_delta
 from dpmtv.privacy.disjoint import (
     ChargedEvent,
-    DisjointReleases,
     charged_event_from_json,
-    charged_event_to_json,
     composed_epsilon,
 )
-from dpmtv.privacy.relation import parse_relation
+from dpmtv.privacy.ledger_charge import LedgerCharge
+from dpmtv.privacy.ledger_records import Charge, ChargeReceipt, DatasetStatus, Void, _DatasetRow
 
 __all__ = [
     "Charge",
@@ -96,161 +105,7 @@ __all__ = [
     "composed_epsilon",
 ]
 
-SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 120.0
-PRIVACY_UNITS = ("record", "user")
-DEFAULT_RELATION, DEFAULT_UNIT = "replace-one", "record"
-_MAX_NAME = 200
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS datasets (
-    name TEXT PRIMARY KEY,
-    epsilon REAL NOT NULL,
-    delta REAL NOT NULL,
-    created_at TEXT NOT NULL,
-    neighbouring_relation TEXT NOT NULL,
-    privacy_unit TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS charges (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    charge_id TEXT NOT NULL UNIQUE,
-    dataset TEXT NOT NULL REFERENCES datasets(name),
-    event_json TEXT NOT NULL,
-    parameters_json TEXT NOT NULL,
-    artifact TEXT,
-    charged_at TEXT NOT NULL,
-    epsilon_after REAL NOT NULL,
-    written_at TEXT,
-    tensors_sha256 TEXT
-);
-CREATE TABLE IF NOT EXISTS voids (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    void_id TEXT NOT NULL UNIQUE,
-    dataset TEXT NOT NULL REFERENCES datasets(name),
-    reason TEXT NOT NULL,
-    parameters_json TEXT NOT NULL,
-    artifact TEXT,
-    voided_at TEXT NOT NULL,
-    written_at TEXT,
-    tensors_sha256 TEXT
-);
-"""
-
-# Format 1 -> 2: the columns and table format 2 added (see "Format" in the module docstring).
-_MIGRATE_1_TO_2 = (
-    f"ALTER TABLE datasets ADD COLUMN neighbouring_relation TEXT NOT NULL DEFAULT '{DEFAULT_RELATION}'",
-    f"ALTER TABLE datasets ADD COLUMN privacy_unit TEXT NOT NULL DEFAULT '{DEFAULT_UNIT}'",
-    "ALTER TABLE charges ADD COLUMN tensors_sha256 TEXT",
-)
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One charge as stored. ``written_at`` is None until :meth:`Ledger.mark_written`."""
-
-    charge_id: str
-    dataset: str
-    event: ChargedEvent
-    parameters: Mapping[str, Any]
-    artifact: str | None  # absolute path
-    charged_at: str
-    epsilon_after: float  # composed ε at the dataset's δ after this charge
-    written_at: str | None
-    tensors_sha256: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "dataset"}
-        data["event"] = charged_event_to_json(self.event)
-        data["parameters"] = dict(self.parameters)
-        return data
-
-
-@dataclass(frozen=True)
-class Void:
-    """A build without a guarantee that named the dataset: the dataset's guarantee is void."""
-
-    void_id: str
-    dataset: str
-    reason: str
-    parameters: Mapping[str, Any]
-    artifact: str | None
-    voided_at: str
-    written_at: str | None
-    tensors_sha256: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "dataset"}
-        data["parameters"] = dict(self.parameters)
-        return data
-
-
-@dataclass(frozen=True)
-class ChargeReceipt:
-    """What :meth:`Ledger.charge` returns: proof that the budget was taken."""
-
-    charge_id: str
-    dataset: str
-    epsilon_spent: float  # composed ε of all charges, this one included
-    epsilon_budget: float
-    delta: float
-    charged_at: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
-class DatasetStatus:
-    """A dataset's budget, what its charges have spent, and whether its guarantee is void.
-
-    ``epsilon_spent`` is the PLD composition of all charges at ``delta`` (0 with no charges).
-    ``epsilon_headroom = epsilon_budget - epsilon_spent`` is for display only: composition is not
-    additive, so a new release may cost less than its stand-alone ε (never more than the
-    headroom is allowed, whatever it costs alone).
-    """
-
-    name: str
-    epsilon_budget: float
-    delta: float
-    created_at: str
-    epsilon_spent: float
-    charges: tuple[Charge, ...]
-    neighbouring_relation: str = DEFAULT_RELATION
-    privacy_unit: str = DEFAULT_UNIT
-    voids: tuple[Void, ...] = ()
-
-    @property
-    def epsilon_headroom(self) -> float:
-        return max(0.0, self.epsilon_budget - self.epsilon_spent)
-
-    @property
-    def void(self) -> bool:
-        """True for good once any build without a guarantee was recorded against the dataset."""
-        return bool(self.voids)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "epsilon_budget": self.epsilon_budget,
-            "delta": self.delta,
-            "neighbouring_relation": self.neighbouring_relation,
-            "privacy_unit": self.privacy_unit,
-            "created_at": self.created_at,
-            "epsilon_spent": self.epsilon_spent,
-            "epsilon_headroom": self.epsilon_headroom,
-            "void": self.void,
-            "charges": [c.to_json() for c in self.charges],
-            "voids": [v.to_json() for v in self.voids],
-        }
-
-
-@dataclass(frozen=True)
-class _DatasetRow:
-    epsilon: float
-    delta: float
-    created_at: str
-    neighbouring_relation: str
-    privacy_unit: str
 
 
 class Ledger:
@@ -285,9 +140,9 @@ class Ledger:
             ParameterError: an invalid name, budget, relation or unit, or the name already exists
                 (budgets are fixed once created: raising one after releases would defeat the ledger).
         """
-        name = _check_name(name)
+        name = check_name(name)
         validate_epsilon_delta(epsilon=epsilon, delta=delta)
-        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._transaction(create=True) as conn:
             row = conn.execute("SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)).fetchone()
@@ -311,7 +166,7 @@ class Ledger:
 
     def status(self, name: str) -> DatasetStatus:
         """The budget of ``name``, its charges and voids, and their composed ε at its δ."""
-        name = _check_name(name)
+        name = check_name(name)
         with self._transaction() as conn:
             row = self._dataset_row(conn, name)
             charges, voids = self._charges(conn, name), self._voids(conn, name)
@@ -333,7 +188,7 @@ class Ledger:
         unit, or a budget with nothing left. Charges nothing (the exact cost is checked by
         :meth:`check_charge` once the build has planned its release)."""
         status = self.status(name)
-        _check_same_relation(name, status, _check_relation(neighbouring_relation), _check_unit(privacy_unit))
+        _check_same_relation(name, status, check_relation(neighbouring_relation), check_unit(privacy_unit))
         if not status.epsilon_spent < status.epsilon_budget:
             raise BudgetExceededError(
                 f"budget exceeded for dataset {name!r}: its {len(status.charges)} charge(s) spent "
@@ -369,10 +224,10 @@ class Ledger:
                 the dataset's, an event the ledger cannot store or account, or parameters that
                 are not JSON.
         """
-        name = _check_name(name)
-        event_json = _check_event(event)
-        parameters_json = _check_parameters(parameters)
-        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
+        name = check_name(name)
+        event_json = check_event(event)
+        parameters_json = check_parameters(parameters)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         with self._transaction(immediate=True) as conn:
             row = self._dataset_row(conn, name)
             _check_same_relation(name, row, relation, unit)
@@ -402,9 +257,9 @@ class Ledger:
         A NON-binding preview (nothing is locked or stored), for refusing a build early, before
         its forward passes; only :meth:`charge` takes the budget.
         """
-        name = _check_name(name)
-        _check_event(event)
-        relation, unit = _check_relation(neighbouring_relation), _check_unit(privacy_unit)
+        name = check_name(name)
+        check_event(event)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         with self._transaction() as conn:
             row = self._dataset_row(conn, name)
             previous = [c.event for c in self._charges(conn, name)]
@@ -416,8 +271,8 @@ class Ledger:
     ) -> Void:
         """Record a build without a privacy guarantee against ``name``: from now on the dataset's
         guarantee is VOID (:attr:`DatasetStatus.void`), for good. Charges nothing."""
-        name = _check_name(name)
-        parameters_json = _check_parameters(parameters)
+        name = check_name(name)
+        parameters_json = check_parameters(parameters)
         if not isinstance(reason, str) or not reason.strip():
             raise ParameterError(f"a void needs a reason, got {reason!r}")
         with self._transaction(immediate=True) as conn:
@@ -460,7 +315,7 @@ class Ledger:
     def _transaction(self, *, immediate: bool = False, create: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection inside one transaction: committed on success, rolled back on any error."""
         if not create and not self.path.is_file():
-            raise ParameterError(
+            raise LedgerError(
                 f"no ledger at '{self.path}'; create a dataset budget first with "
                 "'dpmtv budget init NAME --epsilon E --delta D --ledger PATH'"
             )
@@ -488,7 +343,7 @@ class Ledger:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = FULL")  # a committed charge survives a power cut
         except sqlite3.DatabaseError as exc:
-            raise ParameterError(f"cannot open ledger '{self.path}': {exc}") from None
+            raise LedgerError(f"cannot open ledger '{self.path}': {exc}") from None
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -503,7 +358,7 @@ class Ledger:
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         version = self._version(conn)
         if version != SCHEMA_VERSION:
-            raise ParameterError(
+            raise LedgerError(
                 f"'{self.path}' is not a dpmtv ledger of format {SCHEMA_VERSION} (found format "
                 f"{version}); use the dpmtv version that created it or another --ledger path"
             )
@@ -517,7 +372,7 @@ class Ledger:
                     conn.execute(statement)
                 conn.execute(_SCHEMA.split(";")[2])  # CREATE TABLE voids
                 for (name,) in conn.execute("SELECT name FROM datasets").fetchall():
-                    _migrate_dataset(conn, name)
+                    migrate_dataset(conn, name)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -528,7 +383,7 @@ class Ledger:
         try:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as exc:
-            raise ParameterError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
+            raise LedgerError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
 
     def _dataset_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
         row = conn.execute(
@@ -586,37 +441,6 @@ def _check_fits(name: str, row: _DatasetRow, previous: list[ChargedEvent], event
     return after
 
 
-def _migrate_dataset(conn: sqlite3.Connection, name: str) -> None:
-    recorded = set()
-    for (parameters_json,) in conn.execute("SELECT parameters_json FROM charges WHERE dataset = ?", (name,)):
-        parameters = json.loads(parameters_json)
-        if "neighbouring_relation" in parameters or "privacy_unit" in parameters:
-            recorded.add(
-                (
-                    parameters.get("neighbouring_relation", DEFAULT_RELATION),
-                    parameters.get("privacy_unit", DEFAULT_UNIT),
-                )
-            )
-    relation, unit = sorted(recorded)[0] if recorded else (DEFAULT_RELATION, DEFAULT_UNIT)
-    conn.execute(
-        "UPDATE datasets SET neighbouring_relation = ?, privacy_unit = ? WHERE name = ?",
-        (relation, unit, name),
-    )
-    if len(recorded) > 1:
-        mixed = ", ".join(f"{r} per {u}" for r, u in sorted(recorded))
-        conn.execute(
-            "INSERT INTO voids (void_id, dataset, reason, parameters_json, voided_at) VALUES (?, ?, ?, ?, ?)",
-            (
-                uuid.uuid4().hex,
-                name,
-                f"upgraded from ledger format 1: its charges were made under different relations "
-                f"or units ({mixed}) and composed as if under one",
-                "{}",
-                _now(),
-            ),
-        )
-
-
 def _refusal(name: str, budget: float, delta: float, before: float, after: float, count: int) -> str:
     headroom = max(0.0, budget - before)
     return (
@@ -627,123 +451,10 @@ def _refusal(name: str, budget: float, delta: float, before: float, after: float
     )
 
 
-def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_NAME or not name.isprintable():
-        raise ParameterError(
-            f"dataset name must be a printable, non-empty string of at most {_MAX_NAME} "
-            f"characters, got {name!r}"
-        )
-    return name
-
-
-def _check_relation(value: object) -> str:
-    return parse_relation(value).value
-
-
-def _check_unit(value: object) -> str:
-    unit = value.value if isinstance(value, Enum) else value
-    if unit not in PRIVACY_UNITS:
-        raise ParameterError(f"unknown privacy unit {value!r}; valid values are {', '.join(PRIVACY_UNITS)}")
-    return unit
-
-
-def _check_event(event: object) -> str:
-    if not isinstance(event, (dp_accounting.DpEvent, DisjointReleases)):
-        raise ParameterError(f"expected a dp_accounting DpEvent to charge, got {type(event).__name__}")
-    encoded = charged_event_to_json(event)
-    charged_event_from_json(encoded)  # refuses types the ledger could not read back
-    return json.dumps(encoded, sort_keys=True)
-
-
-def _check_parameters(parameters: Mapping[str, Any]) -> str:
-    if not isinstance(parameters, Mapping):
-        raise ParameterError(f"parameters must be a mapping, got {type(parameters).__name__}")
-    try:
-        return json.dumps(dict(parameters), sort_keys=True, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise ParameterError(f"parameters must be JSON-serialisable: {exc}") from None
-
-
 def _absolute(artifact: str | Path | None) -> str | None:
     """Artifacts are recorded by absolute path: a relative one is ambiguous in a shared ledger."""
     return None if artifact is None else str(Path(artifact).resolve())
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-class LedgerCharge:
-    """A build's ``before_noise`` callback: charge the build's event to ``dataset`` once.
-
-    ``build_task_vector(..., before_noise=LedgerCharge(ledger, name, ...))`` calls
-    :meth:`preview` right after planning (before any forward pass: an unknown dataset, another
-    relation or an overrun is refused there) and the callback itself with the build's event
-    right before the first noise draw; a refusal raises there, so no noise is drawn. After the
-    artifact is written, :meth:`mark_written` records its path and tensor hash. Calling it a
-    second time raises (one charge per build).
-
-    With ``void_reason`` (a build without a guarantee: non-private or seeded noise), the callback
-    VOIDS the dataset instead of charging it (:meth:`Ledger.void_dataset`).
-    """
-
-    def __init__(
-        self,
-        ledger: Ledger,
-        dataset: str,
-        *,
-        neighbouring_relation: str,
-        privacy_unit: str,
-        parameters: Mapping[str, Any],
-        artifact: str | Path | None,
-        void_reason: str | None = None,
-    ):
-        self.ledger, self.dataset = ledger, _check_name(dataset)
-        self.neighbouring_relation = _check_relation(neighbouring_relation)
-        self.privacy_unit = _check_unit(privacy_unit)
-        self.parameters, self.artifact, self.void_reason = dict(parameters), artifact, void_reason
-        self.receipt: ChargeReceipt | Void | None = None
-
-    def check(self) -> DatasetStatus:
-        """Refuse before the build reads anything (:meth:`Ledger.check_dataset`); a voiding
-        build only needs the dataset to exist."""
-        if self.void_reason is not None:
-            return self.ledger.status(self.dataset)
-        return self.ledger.check_dataset(
-            self.dataset, neighbouring_relation=self.neighbouring_relation, privacy_unit=self.privacy_unit
-        )
-
-    def preview(self, event: ChargedEvent) -> float | None:
-        """:meth:`Ledger.check_charge`: refuse early (before forward passes), without charging."""
-        if self.void_reason is not None:
-            self.ledger.status(self.dataset)
-            return None
-        return self.ledger.check_charge(
-            self.dataset,
-            event,
-            neighbouring_relation=self.neighbouring_relation,
-            privacy_unit=self.privacy_unit,
-        )
-
-    def __call__(self, event: ChargedEvent) -> ChargeReceipt | Void:
-        if self.receipt is not None:
-            raise BudgetExceededError(f"this build already charged dataset {self.dataset!r} once")
-        if self.void_reason is not None:
-            self.receipt = self.ledger.void_dataset(
-                self.dataset, reason=self.void_reason, parameters=self.parameters, artifact=self.artifact
-            )
-        else:
-            self.receipt = self.ledger.charge(
-                self.dataset,
-                event,
-                neighbouring_relation=self.neighbouring_relation,
-                privacy_unit=self.privacy_unit,
-                parameters=self.parameters,
-                artifact=self.artifact,
-            )
-        return self.receipt
-
-    def mark_written(self, artifact: str | Path | None = None, *, tensors_sha256: str | None = None) -> None:
-        """Record that the artifact was written (no-op if nothing was charged)."""
-        if self.receipt is not None:
-            self.ledger.mark_written(self.receipt, artifact=artifact, tensors_sha256=tensors_sha256)
+    return now()

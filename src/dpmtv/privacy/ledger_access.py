@@ -11,7 +11,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 
-from dpmtv.errors import ParameterError
+from dpmtv.errors import LedgerError
 from dpmtv.privacy.ledger import Ledger
 
 
@@ -21,17 +21,17 @@ def check_ledger_writable(ledger: Ledger, *, timeout_s: float, on_wait: Callable
     if not path.is_file():
         return  # the ledger's own check names the missing file and how to create it
     if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK | os.X_OK):
-        raise ParameterError(f"ledger '{path}' is read-only (or its folder is); nothing was charged")
+        raise LedgerError(f"ledger '{path}' is read-only (or its folder is); nothing was charged")
     try:
         conn = sqlite3.connect(path, timeout=0, isolation_level=None)
     except sqlite3.DatabaseError as exc:
-        raise ParameterError(f"cannot open ledger '{path}': {exc}") from None
+        raise LedgerError(f"cannot open ledger '{path}': {exc}") from None
     try:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
-                raise ParameterError(f"ledger '{path}' cannot be written: {exc}") from None
+                raise LedgerError(f"ledger '{path}' cannot be written: {exc}") from None
             on_wait(
                 f"waiting up to {timeout_s:g} s for ledger '{path}': another process is writing to it "
                 "(--ledger-timeout)"
@@ -40,7 +40,7 @@ def check_ledger_writable(ledger: Ledger, *, timeout_s: float, on_wait: Callable
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
-                raise ParameterError(
+                raise LedgerError(
                     f"ledger '{path}' is still locked by another process after {timeout_s:g} s; nothing "
                     "was charged. Try again when it is done, or raise --ledger-timeout"
                 ) from None

@@ -20,23 +20,30 @@ from enum import Enum
 from dpmtv.errors import ParameterError
 
 
-class NeighbouringRelation(str, Enum):
-    """Which change to the private dataset the (epsilon, delta) guarantee covers."""
+class AdjacencyRelation(str, Enum):
+    """Which change to the private dataset the (epsilon, delta) guarantee covers: which datasets
+    are adjacent (neighbours).
+
+    Named apart from dp-accounting's ``NeighboringRelation`` on purpose: that enum has other
+    members (``ADD_OR_REMOVE_ONE``, ``REPLACE_ONE``, ``REPLACE_SPECIAL``) and describes how an
+    event's sensitivity is read, whereas this one is the user's choice; how one maps onto the
+    other is :mod:`dpmtv.privacy.events`' convention. User-facing spellings (``--neighbouring-
+    relation``, the artifact's ``neighbouring_relation``) keep the word "neighbouring"."""
 
     REPLACE_ONE = "replace-one"
     ADD_REMOVE_ONE = "add-remove-one"
 
 
-def parse_relation(value: str | NeighbouringRelation) -> NeighbouringRelation:
+def parse_relation(value: str | AdjacencyRelation) -> AdjacencyRelation:
     """Return the relation named by ``value`` (``"replace-one"`` or ``"add-remove-one"``).
 
     Raises:
         ParameterError: ``value`` names no relation; the message lists the valid values.
     """
-    if isinstance(value, NeighbouringRelation):
+    if isinstance(value, AdjacencyRelation):
         return value
     try:
-        return NeighbouringRelation(value)
+        return AdjacencyRelation(value)
     except ValueError:
-        valid = ", ".join(repr(r.value) for r in NeighbouringRelation)
+        valid = ", ".join(repr(r.value) for r in AdjacencyRelation)
         raise ParameterError(f"unknown neighbouring relation {value!r}; valid values are {valid}") from None

@@ -4,12 +4,19 @@
 charged first); :func:`add_gaussian_noise` consumes the :class:`UnnoisedMean` once and returns a
 :class:`NoisedVector`. :func:`release_without_noise` is the explicitly opted-into non-private
 baseline (ε = ∞).
+
+The release seam, used by every caller that releases a mean (the build, the demo, the mechanism
+audit, the benchmarks):
+
+- :func:`release_clipped_sum`: clipped sums (a :class:`ClippedSumAccumulator`, e.g. the merged
+  partial sums of distributed workers) + the public chunk count ``m`` → mean → noise once;
+- :func:`release_clipped_mean`: per-chunk rows in memory → clip per layer → the step above.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -19,11 +26,12 @@ import numpy as np
 
 from dpmtv.errors import DangerousModeError, NoiseAlreadyAddedError, NumericalError, ParameterError
 from dpmtv.privacy._checks import check_positive
-from dpmtv.privacy.aggregate import UnnoisedMean
+from dpmtv.privacy.aggregate import ClippedSumAccumulator, UnnoisedMean
 from dpmtv.privacy.calibrate import (
     analytic_gaussian_noise_multiplier,
     calibrate_gaussian_noise_multiplier,
 )
+from dpmtv.privacy.clip import clip_l2_per_layer
 from dpmtv.privacy.events import epsilon_of, event_to_json, gaussian_release_event
 from dpmtv.privacy.noise import NoiseSampler, perturb_with_gaussian
 
@@ -33,6 +41,8 @@ __all__ = [
     "add_gaussian_noise",
     "calibrated_noise_std",
     "plan_gaussian_release",
+    "release_clipped_mean",
+    "release_clipped_sum",
     "release_without_noise",
 ]
 
@@ -226,6 +236,50 @@ def release_without_noise(
     flat = np.concatenate([values[layer] for layer in layers])  # (Σ D_l,)
     plan = _non_private_plan(l2_sensitivity)
     return NoisedVector(layers=_split(flat, values, layers), plan=plan, noised=False)
+
+
+def release_clipped_sum(
+    clipped_sums: ClippedSumAccumulator,
+    *,
+    num_chunks: int,
+    plan: GaussianReleasePlan | None,
+    sampler: NoiseSampler | None = None,
+    before_noise: Callable[[], None] | None = None,
+    allow_non_private: bool = False,
+    l2_sensitivity: float | None = None,
+) -> NoisedVector:
+    """Release the mean of the clipped chunk vectors summed in ``clipped_sums``: divide by the
+    PUBLIC chunk count ``m`` (:meth:`ClippedSumAccumulator.mean`), call ``before_noise()`` (a
+    ledger charge; if it raises, nothing is drawn), then noise once with ``plan``.
+
+    ``plan=None`` is the non-private baseline (ε = ∞), which needs ``allow_non_private=True``
+    and records ``l2_sensitivity`` in its plan (:func:`release_without_noise`). The sums may come
+    from one process or be the :meth:`~ClippedSumAccumulator.merge` of workers' partial sums:
+    either way the noise is added here, once.
+    """
+    mean = clipped_sums.mean(num_chunks=num_chunks)
+    if before_noise is not None:
+        before_noise()
+    if plan is None:
+        return release_without_noise(mean, allow_non_private=allow_non_private, l2_sensitivity=l2_sensitivity)
+    return add_gaussian_noise(mean, plan=plan, sampler=sampler)
+
+
+def release_clipped_mean(
+    rows: Mapping[int, np.ndarray],
+    *,
+    l2_clip_norms: Mapping[int, float],
+    num_chunks: int,
+    plan: GaussianReleasePlan,
+    sampler: NoiseSampler,
+) -> NoisedVector:
+    """One release from per-chunk rows held in memory, ``{layer: (B, D_l)}`` with ``B <= m``:
+    clip each row per layer to ``C_l``, sum, divide by the public ``m``, noise once — the build's
+    release (:func:`release_clipped_sum`) for experiments that extract all chunks first."""
+    clipped = clip_l2_per_layer(rows, l2_clip_norms=l2_clip_norms)
+    return release_clipped_sum(
+        ClippedSumAccumulator.of(clipped), num_chunks=num_chunks, plan=plan, sampler=sampler
+    )
 
 
 def _non_private_plan(l2_sensitivity: float | None) -> GaussianReleasePlan:

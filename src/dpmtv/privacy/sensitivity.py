@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
-from dpmtv.privacy.relation import NeighbouringRelation, parse_relation
+from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
 __all__ = ["l2_sensitivity"]
 
@@ -16,7 +16,7 @@ def l2_sensitivity(
     *,
     l2_clip_norms: Sequence[float],
     num_chunks: int,
-    relation: NeighbouringRelation | str,
+    relation: AdjacencyRelation | str,
 ) -> float:
     r"""L2 sensitivity ``Δ = 2·sqrt(Σ_l C_l²) / m`` of the concatenated mean, for both relations.
 

@@ -45,7 +45,7 @@ from dpmtv.privacy.partition import (
     secure_rng,
     seeded_rng,
 )
-from dpmtv.privacy.relation import NeighbouringRelation
+from dpmtv.privacy.relation import AdjacencyRelation
 from dpmtv.privacy.user_level import partition_by_user
 
 __all__ = [
@@ -124,13 +124,13 @@ class PrivatePartition:
 
     partition: Partition
     unit: PrivacyUnit
-    relation: NeighbouringRelation
+    relation: AdjacencyRelation
     num_records: int
     num_users: int | None
 
     @property
     def counts_are_public(self) -> bool:
-        return self.relation is NeighbouringRelation.REPLACE_ONE
+        return self.relation is AdjacencyRelation.REPLACE_ONE
 
     @property
     def num_protected_units(self) -> int:
@@ -150,7 +150,7 @@ class PrivatePartition:
 def partition_private_records(
     *,
     unit: PrivacyUnit,
-    relation: NeighbouringRelation,
+    relation: AdjacencyRelation,
     record_ids: Sequence[str] | None,
     user_ids: Sequence[str] | None,
     num_records: int,
@@ -176,7 +176,7 @@ def partition_private_records(
         ParameterError: a missing or superfluous public parameter, user level with replace-one,
             or any error of the assignment functions (duplicate ids, ``N < s``, ...).
     """
-    unit, relation = parse_privacy_unit(unit), NeighbouringRelation(relation)
+    unit, relation = parse_privacy_unit(unit), AdjacencyRelation(relation)
     check_int("shots_per_chunk", shots_per_chunk, minimum=1)
     check_partition_parameters(
         unit=unit, relation=relation, num_chunks=num_chunks, max_records_per_user=max_records_per_user
@@ -190,7 +190,7 @@ def partition_private_records(
             user_ids, num_chunks=num_chunks, max_records_per_user=max_records_per_user, key=randomness.key
         )
         partition, num_users = by_user.partition, by_user.num_users
-    elif relation is NeighbouringRelation.REPLACE_ONE:
+    elif relation is AdjacencyRelation.REPLACE_ONE:
         partition = partition_replace_one(num_records, shots_per_chunk=shots_per_chunk, rng=randomness.rng)
     else:
         if record_ids is None or len(record_ids) != num_records:
@@ -202,24 +202,24 @@ def partition_private_records(
 def check_partition_parameters(
     *,
     unit: PrivacyUnit,
-    relation: NeighbouringRelation,
+    relation: AdjacencyRelation,
     num_chunks: int | None,
     max_records_per_user: int | None,
 ) -> None:
     """The public counts each unit/relation needs, and no others (a superfluous one would be
     silently ignored, so it is refused). Raises ParameterError naming the option."""
-    if unit is PrivacyUnit.USER and relation is not NeighbouringRelation.ADD_REMOVE_ONE:
+    if unit is PrivacyUnit.USER and relation is not AdjacencyRelation.ADD_REMOVE_ONE:
         raise ParameterError(
             "user-level privacy is add/remove one user (the number of users is private); "
             f"the neighbouring relation must be 'add-remove-one', got {relation.value!r}"
         )
-    if relation is NeighbouringRelation.ADD_REMOVE_ONE and num_chunks is None:
+    if relation is AdjacencyRelation.ADD_REMOVE_ONE and num_chunks is None:
         raise ParameterError(
             f"{'--privacy-unit user' if unit is PrivacyUnit.USER else 'add-remove-one'} needs a "
             "public, fixed number of chunks: pass --num-chunks (it must not be derived from the "
             "private data)"
         )
-    if relation is NeighbouringRelation.REPLACE_ONE and num_chunks is not None:
+    if relation is AdjacencyRelation.REPLACE_ONE and num_chunks is not None:
         raise ParameterError(
             f"--num-chunks {num_chunks} is only for add-remove-one and user level; under "
             "replace-one m = floor(N / s) follows from the public N"
@@ -227,9 +227,7 @@ def check_partition_parameters(
     if unit is PrivacyUnit.USER and max_records_per_user is None:
         raise ParameterError("--privacy-unit user needs --max-records-per-user K (a public cap)")
     if unit is PrivacyUnit.RECORD and max_records_per_user is not None:
-        raise ParameterError(
-            f"--max-records-per-user {max_records_per_user} is only for --privacy-unit user"
-        )
+        raise ParameterError(f"--max-records-per-user {max_records_per_user} is only for --privacy-unit user")
     for name, value in (("num_chunks", num_chunks), ("max_records_per_user", max_records_per_user)):
         if value is not None:
             check_int(name, value, minimum=1)

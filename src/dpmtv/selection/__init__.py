@@ -4,7 +4,7 @@
   :class:`PublicSearch` and :func:`reinforce` / :func:`greedy` / :func:`scored` /
   :func:`best_of` (:mod:`dpmtv.selection.public`).
 * Private (the private chunks vote; noisy top-k; composed accounting): :func:`select_private`
-  with a :class:`~dpmtv.privacy.selection.PrivateSelectionPlan` (:mod:`dpmtv.selection.private`).
+  with a :class:`~dpmtv.privacy.noisy_top_k.PrivateSelectionPlan` (:mod:`dpmtv.selection.private`).
 
 Both return a :class:`SelectionResult`, saved as JSON with a ``heads`` key.
 """

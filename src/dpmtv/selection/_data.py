@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import mean_selected_heads
@@ -60,8 +61,6 @@ def prepare_public_task(
     """Shuffle the PUBLIC records (seeded), hold out ``num_dev`` (default 20 %, at least 1) as dev
     queries, and use the rest both as train queries and, in chunks of ``shots``, as the many-shot
     prompts (the build's own format, :func:`dpmtv.chunks.chunk_prompt`) whose mean is patched."""
-    from dpmtv.chunks import chunk_prompt
-
     if shots < 1:
         raise ParameterError(f"shots must be >= 1, got {shots}")
     order = np.random.default_rng(seed).permutation(len(records))
@@ -119,4 +118,3 @@ def first_answer_token(adapter: ModelAdapter, prompt: Prompt, answer: str, *, wh
         if tokenizer.decode([token]).strip() and token not in tokenizer.all_special_ids:
             return int(token)
     raise RecordError(f"{where}: the answer {answer!r} has no non-whitespace token")
-

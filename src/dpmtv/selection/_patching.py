@@ -12,13 +12,13 @@ state a plain cache does not hold.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from dpmtv._kv_cache import cache_argument, output_cache
 from dpmtv.extract import iter_batches
 from dpmtv.hooks import blend_heads_per_row
 from dpmtv.models.base import ModelAdapter
@@ -56,7 +56,7 @@ class MaskScorer:
         self.device = next(adapter.model.parameters()).device
         self.values = {layer: values[layer].to(self.device) for layer in range(values.shape[0])}
         self.row_batch = row_batch
-        self.cache_argument = _cache_argument(adapter.model)
+        self.cache_argument = cache_argument(adapter.model)
         self.states = [self._prepare(query, use_cache) for query in queries]
         self.cached = use_cache and self._cache_reproduces_logits()
 
@@ -137,13 +137,7 @@ def _prefix_cache(adapter: ModelAdapter, inputs: Mapping[str, torch.Tensor]) -> 
         output = adapter.model(**prefix, use_cache=True)
     except _CACHE_ERRORS:
         return None
-    cache = getattr(output, "cache", None)  # transformers >= 5.2x renamed past_key_values
-    return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-def _cache_argument(model: torch.nn.Module) -> str:
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    return output_cache(output)
 
 
 def _step_inputs(state: _QueryState, rows: int, cache_argument: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 r"""Private head selection, model side: per-chunk bounded votes, then the pure mechanism of
-:mod:`dpmtv.privacy.selection` (vote histogram → one-shot Gumbel noisy top-k).
+:mod:`dpmtv.privacy.noisy_top_k` (vote histogram → one-shot Gumbel noisy top-k).
 
 The vote of chunk ``j`` (:func:`chunk_votes`). Its records ``r_1..r_s`` form the build's
 many-shot prompt: ``r_1..r_{s−1}`` as demonstrations, ``r_s``'s question as the query. The
@@ -16,8 +16,8 @@ votes for its ``k'`` best pool heads with a POSITIVE score (possibly fewer).
 Why this is safe whatever the score: the vote is a function of chunk ``j``'s own records only
 (plus the public model and pool), and it is a set of at most ``k'`` distinct heads. That is all
 the histogram's sensitivity bound needs (``L∞ = 1`` per head, ``L1 <= 2k'``; derivation in
-:mod:`dpmtv.privacy.selection`), so the score needs no clipping — clipping ``a_j`` would not
-change which heads win by much and is irrelevant for privacy here. :func:`vote_histogram` checks
+:mod:`dpmtv.privacy.noisy_top_k`), so the score needs no clipping — clipping ``a_j`` would not
+change which heads win by much and is irrelevant for privacy here. :func:`head_vote_counts` checks
 the vote structure in code.
 
 The histogram never leaves :func:`select_private`; only the noisy top-k does.
@@ -33,12 +33,13 @@ import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
+from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy.events import event_to_json
-from dpmtv.privacy.selection import PrivateSelectionPlan, noisy_top_k, vote_histogram
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k
 from dpmtv.prompt_budget import encode_one_within, resolve_max_prompt_tokens
 from dpmtv.prompts import Example, zero_shot
 from dpmtv.selection._data import Query, all_heads, first_answer_token
@@ -90,8 +91,6 @@ def chunk_head_scores(
 
 
 def _chunk_scores(loaded, chunk: Sequence[Record], budget: int) -> torch.Tensor | None:
-    from dpmtv.chunks import chunk_prompt
-
     if len(chunk) < 2:
         return None
     adapter = loaded.adapter
@@ -132,7 +131,7 @@ def select_private(
     """Votes of ``chunks`` → histogram → ``noisy_top_k(k, ε_sel)`` → the selected heads.
 
     ``chunks`` are the build's chunks (record lists, each cut to ``shots_per_chunk``), all of them
-    (sequential composition) or the selection half (:func:`dpmtv.privacy.selection.parallel_halves`).
+    (sequential composition) or the selection half (:func:`dpmtv.privacy.noisy_top_k.parallel_halves`).
     ``rng`` switches to seeded numpy Gumbel noise: INSECURE, for tests and experiments only.
     """
     started = time.perf_counter()
@@ -146,7 +145,7 @@ def select_private(
         max_prompt_tokens=max_prompt_tokens,
         progress=progress,
     )
-    counts = vote_histogram(
+    counts = head_vote_counts(
         votes, num_candidates=pool_mask.numel(), max_votes_per_chunk=plan.max_votes_per_chunk
     )
     candidates = pool_mask.nonzero()[:, 0].numpy()  # (n,) flat ids of the public pool

@@ -12,7 +12,7 @@ import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.eval.scorers import Scorer, normalize_answer
+from dpmtv.eval.scorers import Scorer, normalise_answer
 
 #: Appended to open questions (the usual short-answer VQA instruction), for every method alike.
 SHORT_ANSWER = "Answer the question using a single word or phrase."
@@ -140,7 +140,7 @@ def most_common_normalised(answers: Sequence[str]) -> str:
     demonstration answer. Annotators who left the answer empty are outvoted by any non-empty
     answer, since an empty demonstration teaches nothing; all empty gives ``""``."""
     counts: dict[str, int] = {}
-    for answer in (normalize_answer(a) for a in answers):
+    for answer in (normalise_answer(a) for a in answers):
         counts[answer] = counts.get(answer, 0) + 1
     filled = {answer: count for answer, count in counts.items() if answer} or counts
     return max(filled, key=lambda a: filled[a])

@@ -38,7 +38,7 @@ def load_embedded(root: Path | None, options: LoadOptions) -> Benchmark:
     name = options.task or DEFAULT_EMBEDDED_TASK
     try:
         task = generator.get_task(name)
-    except KeyError as exc:
+    except ParameterError as exc:
         raise ParameterError(f"embedded benchmark: {exc.args[0]}") from None
     rng = np.random.default_rng(options.split_seed)
     n_train, n_test = (

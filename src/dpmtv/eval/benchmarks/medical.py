@@ -28,7 +28,7 @@ from dpmtv.eval.benchmarks.base import (
     read_json,
     require,
 )
-from dpmtv.eval.scorers import YES_NO, MedicalScorer, normalize_answer
+from dpmtv.eval.scorers import YES_NO, MedicalScorer, normalise_answer
 
 VQA_RAD_LAYOUT = """\
   ROOT/VQA_RAD Dataset Public.json   [{"qid", "image_name", "question", "answer",
@@ -67,7 +67,7 @@ def _medical(
 def _row_key(record: Record) -> tuple[str, str, str]:
     image = Path(str(record.images[0])).name if record.images else ""
     question = " ".join(record.question.split("\n", 1)[0].casefold().split())
-    return image, question, normalize_answer(record.answer)
+    return image, question, normalise_answer(record.answer)
 
 
 def drop_overlap_and_duplicates(
@@ -107,7 +107,7 @@ def _record(record_id: str, image: Path, question: object, answer: object, where
 
 def _kind(answer_type: object, answer: str) -> str:
     if answer_type is None:
-        return "closed" if normalize_answer(answer) in YES_NO else "open"
+        return "closed" if normalise_answer(answer) in YES_NO else "open"
     return "closed" if str(answer_type).strip().upper() == "CLOSED" else "open"
 
 

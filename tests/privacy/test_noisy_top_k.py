@@ -19,23 +19,23 @@ from scipy import stats
 
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.privacy import delta_of, epsilon_of, event_from_json, event_to_json, make_sampler
-from dpmtv.privacy.release import plan_gaussian_release
-from dpmtv.privacy.selection import (
+from dpmtv.privacy.noisy_top_k import (
+    head_vote_counts,
     noisy_top_k,
     noisy_top_k_event,
     noisy_top_k_scale,
     parallel_halves,
     plan_private_selection,
     split_budget,
-    vote_histogram,
 )
+from dpmtv.privacy.release import plan_gaussian_release
 
 ALPHA = 1e-6  # false-failure rate of each statistical test with unseeded noise
 
 
 # ---- votes ---------------------------------------------------------------------------------------
 def test_histogram_counts_votes():
-    counts = vote_histogram([(0, 2), (2,), ()], num_candidates=4, max_votes_per_chunk=2)
+    counts = head_vote_counts([(0, 2), (2,), ()], num_candidates=4, max_votes_per_chunk=2)
     assert counts.tolist() == [1, 0, 2, 0]
 
 
@@ -45,7 +45,7 @@ def test_histogram_counts_votes():
 )
 def test_histogram_refuses_votes_that_break_the_sensitivity_bound(votes, message):
     with pytest.raises(ParameterError, match=message):
-        vote_histogram(votes, num_candidates=4, max_votes_per_chunk=2)
+        head_vote_counts(votes, num_candidates=4, max_votes_per_chunk=2)
 
 
 @settings(max_examples=50, deadline=None)
@@ -55,7 +55,7 @@ def test_replacing_one_chunk_moves_each_count_by_at_most_one(data, k_prime, chun
     votes = data.draw(st.lists(vote_set, min_size=chunks, max_size=chunks))
     changed = list(votes)
     changed[data.draw(st.integers(0, chunks - 1))] = data.draw(vote_set)
-    diff = vote_histogram(changed, num_candidates=8, max_votes_per_chunk=k_prime) - vote_histogram(
+    diff = head_vote_counts(changed, num_candidates=8, max_votes_per_chunk=k_prime) - head_vote_counts(
         votes, num_candidates=8, max_votes_per_chunk=k_prime
     )
     assert np.abs(diff).max() <= 1 and np.abs(diff).sum() <= 2 * k_prime

@@ -1,268 +1,22 @@
-"""``dpmtv demo``: the paper's comparison on the packaged embedded model, on the CPU.
-
-For every task of the embedded suite and every seed: N private records, m = N/s chunk prompts;
-zero-shot, 16-shot ICL (token space, non-private), MTV (the unclipped mean, non-private) and
-DP-MTV at each ε (per-layer clipping, the library's Gaussian release, noise once per release) are
-scored on test images by the greedy first answer token. Seen tasks (trained on) and held-out
-tasks (never trained on, nor their complements: the model learns them from the demonstrations
-alone) are reported separately; ICL is also scored at 1, 4, 16 and 64 shots for the shots plot.
-The head set and clip norms were chosen on public data when the model was trained
-(``dpmtv_defaults.json`` beside the weights) and cost no privacy. The ε = 1 artifact of one task
-is built with the real pipeline and written out.
-"""
+"""The demo's outputs: summaries over tasks and seeds, report.md, plots and the console table."""
 
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
-from rich.console import Console
 from rich.table import Table
 
-from dpmtv._progress import progress_bar
-from dpmtv.build import BuildSettings, build_task_vector
-from dpmtv.chunks import ChunkPrompts
-from dpmtv.embedded import checkpoint_path
-from dpmtv.embedded.generator import get_task, task_suite
-from dpmtv.embedded.suite import few_shot_prompt, first_token_correct, task_records, zero_shot_prompts
-from dpmtv.extract import extract_selected_heads, iter_batches
-from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
-from dpmtv.models.loading import LoadedModel, load_model
-from dpmtv.privacy import (
-    ClippedSumAccumulator,
-    NeighbouringRelation,
-    clip_l2_per_layer,
-    l2_sensitivity,
-    make_sampler,
-    partition_replace_one,
-    secure_rng,
-)
-from dpmtv.privacy.release import add_gaussian_noise, plan_gaussian_release
-
-PRIVACY_STATEMENT = (
-    "Privacy: each DP-MTV vector is ({epsilon:g}, {delta:g})-differentially private with respect to "
-    "replacing any one of the task's {num_records} private records. A record lands in exactly one of "
-    "{num_chunks} chunks; each chunk's vector is clipped per layer, so the mean has L2 sensitivity "
-    "{sensitivity:.4g}; Gaussian noise of std {noise_std:.4g} is added once (OpenDP sampler, σ "
-    "calibrated by dp-accounting's PLD accountant). Every answer computed with the vector is "
-    "post-processing: unlimited queries cost no further privacy. The head set and clip norms come "
-    "from public data and cost nothing. ICL and MTV rows are NON-PRIVATE references."
-)
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    tasks: tuple[str, ...]
-    seeds: tuple[int, ...] = (0, 1, 2)
-    records_per_task: int = 2048
-    shots_per_chunk: int = 8
-    epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
-    delta: float = 1e-5
-    test_queries: int = 64
-    icl_shots: int = 16
-    batch_size: int = 64
-    shared_heads: bool = False  # True: one head set for all tasks; False: each task's public selection
-    shot_curve: tuple[int, ...] = (1, 4, 16, 64)  # ICL shots for the accuracy-vs-shots plot
-    shot_curve_queries: int = 16  # the first test queries of each task, for the shots plot
-
-
-def default_config(*, quick: bool) -> DemoConfig:
-    names = tuple(task.name for task in task_suite())
-    if quick:
-        return DemoConfig(
-            tasks=("name_colour", "is_big", "is_red", "is_green"),
-            seeds=(0,),
-            records_per_task=256,
-            epsilons=(1.0,),
-            test_queries=24,
-            shot_curve_queries=8,
-        )
-    return DemoConfig(tasks=names)
-
-
-def load_defaults(folder: Path | None = None) -> dict:
-    return json.loads(((folder or checkpoint_path()) / "dpmtv_defaults.json").read_text())
-
-
-def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | None = None) -> dict:
-    started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    config = config or default_config(quick=quick)
-    loaded = load_model("embedded")
-    defaults = load_defaults()
-    num_chunks = config.records_per_task // config.shots_per_chunk
-    sampler = make_sampler("opendp")
-    releases = {name: _release_setup(defaults, name, config, num_chunks, sampler) for name in config.tasks}
-    rows: list[dict] = []
-    shot_rows: list[dict] = []
-    steps = len(config.tasks) * len(config.seeds)
-    with progress_bar("demo: tasks × seeds", steps, enabled=True) as advance:
-        for seed in config.seeds:
-            for name in config.tasks:
-                task = get_task(name)
-                rows += _task_rows(loaded, task, seed, config, releases[name], sampler)
-                if seed == config.seeds[0]:  # one seed: the 64-shot prompts dominate the run time
-                    shot_rows += _shot_curve_rows(loaded, task, seed, config)
-                advance(1)
-    artifact = _write_artifact(loaded, config, releases[config.tasks[0]], out)
-    summary = summarise_groups(rows, config)
-    shots = summarise_groups(shot_rows, config)
-    _write_outputs(out, rows, summary, shots, config, releases, artifact, time.perf_counter() - started)
-    _print_summary(console, summary, config, releases, num_chunks, artifact)
-    return summary
-
-
-@dataclass(frozen=True)
-class _Release:
-    """A task's public release parameters: head set, per-layer clip norms, Δ and σ per ε."""
-
-    heads: HeadSet
-    clip_norms: dict[int, float]
-    sensitivity: float
-    plans: dict
-
-
-def _release_setup(defaults: dict, task: str, config: DemoConfig, num_chunks: int, sampler) -> _Release:
-    per_task = defaults.get("per_task", {})
-    chosen = defaults if config.shared_heads or task not in per_task else per_task[task]
-    heads = HeadSet.of(map(tuple, chosen["heads"]))
-    clip_norms = dict(zip(heads.layers, chosen["l2_clip_norm"], strict=True))
-    sensitivity = l2_sensitivity(
-        l2_clip_norms=list(clip_norms.values()),
-        num_chunks=num_chunks,
-        relation=NeighbouringRelation.REPLACE_ONE,
-    )
-    plans = {
-        eps: plan_gaussian_release(
-            l2_sensitivity=sensitivity, epsilon=eps, delta=config.delta, sampler=sampler
-        )
-        for eps in config.epsilons
-    }
-    return _Release(heads, clip_norms, sensitivity, plans)
-
-
-def _task_rows(loaded, task, seed, config, release: _Release, sampler) -> list[dict]:
-    adapter, heads = loaded.adapter, release.heads
-    private = task_records(task, config.records_per_task, seed=seed, split="private")
-    test = task_records(task, config.test_queries, seed=seed, split="test")
-    answers = [r.answer for r in test]
-    queries = zero_shot_prompts(test)
-
-    def score(method: str, epsilon: float | None, correct: np.ndarray) -> dict:
-        return _row(task, seed, method, epsilon, correct)
-
-    rng = np.random.default_rng([seed, 99])
-    icl = [
-        few_shot_prompt([private[i] for i in rng.choice(len(private), config.icl_shots, replace=False)], q)
-        for q in test
-    ]
-    out = [
-        score("zero-shot", None, first_token_correct(adapter, queries, answers)),
-        score(f"icl-{config.icl_shots} (non-private)", None, first_token_correct(adapter, icl, answers)),
-    ]
-    raw = _chunk_activations(loaded, private, heads, config)  # private per-chunk rows, in memory only
-    mtv = {layer: values.mean(0) for layer, values in raw.items()}
-    out.append(
-        score(
-            "mtv (non-private)",
-            None,
-            first_token_correct(adapter, queries, answers, patches=_patches(mtv, heads, adapter)),
-        )
-    )
-    clipped = clip_l2_per_layer(raw, l2_clip_norms=release.clip_norms)
-    for epsilon, plan in release.plans.items():
-        accumulator = ClippedSumAccumulator({layer: v.shape[1] for layer, v in clipped.items()})
-        accumulator.add(clipped)
-        noised = add_gaussian_noise(
-            accumulator.mean(num_chunks=len(raw[heads.layers[0]])), plan=plan, sampler=sampler
-        )
-        patches = _patches(noised.layers, heads, adapter)
-        out.append(score("dp-mtv", epsilon, first_token_correct(adapter, queries, answers, patches=patches)))
-    return out
-
-
-def _row(task, seed: int, method: str, epsilon: float | None, correct: np.ndarray) -> dict:
-    return {
-        "method": method,
-        "task": task.name,
-        "held_out": task.held_out,
-        "epsilon": epsilon,
-        "seed": seed,
-        "accuracy": float(np.mean(correct)),
-    }
-
-
-def _shot_curve_rows(loaded, task, seed, config) -> list[dict]:
-    """ICL accuracy at each of ``config.shot_curve`` shots on the task's first test queries
-    (demonstrations drawn from its private records; non-private references); run for the first
-    seed only."""
-    private = task_records(task, config.records_per_task, seed=seed, split="private")
-    test = task_records(task, config.test_queries, seed=seed, split="test")[: config.shot_curve_queries]
-    answers = [r.answer for r in test]
-    rng = np.random.default_rng([seed, 98])
-    rows = []
-    for shots in config.shot_curve:
-        prompts = [
-            few_shot_prompt([private[i] for i in rng.choice(len(private), shots, replace=False)], q)
-            for q in test
-        ]
-        correct = first_token_correct(loaded.adapter, prompts, answers, batch_size=max(1, 512 // shots))
-        rows.append(_row(task, seed, f"icl-{shots} (non-private)", None, correct))
-    return rows
-
-
-def _chunk_activations(
-    loaded: LoadedModel, records, heads: HeadSet, config: DemoConfig
-) -> dict[int, np.ndarray]:
-    partition = partition_replace_one(len(records), shots_per_chunk=config.shots_per_chunk, rng=secure_rng())
-    prompts = ChunkPrompts(
-        records, partition, shots_per_chunk=config.shots_per_chunk, query="record", query_question=""
-    )
-    parts: dict[int, list[np.ndarray]] = {layer: [] for layer in heads.layers}
-    for batch in iter_batches(prompts, config.batch_size):
-        for layer, values in extract_selected_heads(loaded.adapter, batch, heads).items():
-            parts[layer].append(values)
-    return {layer: np.concatenate(values) for layer, values in parts.items()}
-
-
-def _patches(per_layer, heads: HeadSet, adapter) -> dict[int, LayerPatch]:
-    d = adapter.geometry.head_dim
-    return {
-        layer: LayerPatch(
-            torch.tensor(heads.heads_in(layer)),
-            torch.tensor(np.asarray(per_layer[layer]).reshape(-1, d), dtype=torch.float32),
-        )
-        for layer in heads.layers
-    }
-
-
-def _write_artifact(loaded, config: DemoConfig, release: _Release, out: Path) -> Path:
-    """The ε = 1 release of one task through the real pipeline (secure noise, atomic write)."""
-    task = get_task(config.tasks[0])
-    settings = BuildSettings(
-        epsilon=1.0,
-        delta=config.delta,
-        l2_clip_norm=tuple(release.clip_norms.values()),
-        shots_per_chunk=config.shots_per_chunk,
-        batch_size=config.batch_size,
-        progress=False,
-        head_selection={"method": "public selection shipped with the embedded model", "task": task.name},
-    )
-    records = task_records(task, config.records_per_task, seed=config.seeds[0], split="private")
-    path = out / f"task_{task.name}_eps1.safetensors"
-    return build_task_vector(loaded, records, release.heads, settings, out=path).path
+from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
+from dpmtv.embedded.generator import get_task
+from dpmtv.eval.stats import t_interval
 
 
 def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
     """Per (method, ε): the mean over tasks for each seed, then mean ± 95% t-interval over seeds."""
-    from dpmtv.eval.report import t_interval
-
     keys = sorted(
         {(r["method"], r["epsilon"]) for r in rows},
         key=lambda k: (
@@ -322,13 +76,18 @@ def gain_kept(summary, epsilon: float = 1.0) -> dict[str, float]:
     zero, icl, mtv = _lookup(summary, "zero-shot"), _lookup(summary, "icl"), _lookup(summary, "mtv")
     dp = _lookup(summary, "dp-mtv", epsilon)
     return {
-        "of_icl_gain": (dp - zero) / (icl - zero),
-        "of_mtv_gain": (dp - zero) / (mtv - zero),
-        "mtv_over_icl": mtv / icl,
+        "of_icl_gain": _ratio(dp - zero, icl - zero),
+        "of_mtv_gain": _ratio(dp - zero, mtv - zero),
+        "mtv_over_icl": _ratio(mtv, icl),
     }
 
 
-def _write_outputs(out, rows, summary, shots, config, releases, artifact, seconds) -> None:
+def _ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN where there is nothing to divide by (no gain to keep)."""
+    return numerator / denominator if denominator != 0 else math.nan
+
+
+def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds) -> None:
     (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     meta = {
         "held_out_tasks": [t for t in config.tasks if get_task(t).held_out],
@@ -412,7 +171,8 @@ def _markdown(summary, shots, config, meta) -> str:
     if shots:
         lines += [
             "",
-            f"ICL accuracy by number of shots (seed {config.seeds[0]}, first {config.shot_curve_queries} test images per task):",
+            f"ICL accuracy by number of shots (seed {config.seeds[0]}, "
+            f"first {config.shot_curve_queries} test images per task):",
             "",
             "| shots | " + " | ".join(GROUP_TITLES[g] for g in shots) + " |",
             "|---|" + "---|" * len(shots),
@@ -546,7 +306,7 @@ def _icl_shots(row: dict) -> int:
     return int(row["method"].split()[0].removeprefix("icl-"))
 
 
-def _print_summary(console, summary, config, releases, num_chunks, artifact) -> None:
+def print_summary(console, summary, config, releases, num_chunks, artifact) -> None:
     groups = list(summary)
     table = Table(title=f"dpmtv demo — embedded model, {len(config.tasks)} tasks × {len(config.seeds)} seeds")
     table.add_column("method")

@@ -16,13 +16,13 @@ from scipy import integrate, stats
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy import SeededGaussianSampler, analytic_gaussian_noise_multiplier
-from dpmtv.privacy.vote import (
+from dpmtv.privacy.noisy_vote import (
+    answer_vote_counts,
     calibrate_per_query_noise,
     dp_icl_epsilon,
     dp_icl_event,
     noisy_argmax,
     noisy_vote_event,
-    vote_histogram,
     vote_l2_sensitivity,
     votes_by_candidate,
 )
@@ -39,14 +39,14 @@ def test_sensitivity_is_sqrt2_under_both_relations():
 
 def test_replacing_one_chunks_vote_moves_the_histogram_by_at_most_sqrt2():
     candidates = ("a", "b", "c")
-    before = vote_histogram(["a", "a", "b", "zzz"], candidates)
+    before = answer_vote_counts(["a", "a", "b", "zzz"], candidates)
     np.testing.assert_array_equal(before, [2, 1, 0])  # "zzz" is outside the candidates: dropped
     for new_vote in ["b", "c", "zzz", "a"]:
-        after = vote_histogram(["a", new_vote, "b", "zzz"], candidates)  # chunk 1 changed its vote
+        after = answer_vote_counts(["a", new_vote, "b", "zzz"], candidates)  # chunk 1 changed its vote
         assert np.linalg.norm(after - before) <= math.sqrt(2) + 1e-12
     np.testing.assert_array_equal(votes_by_candidate({"a": 2, "q": 5}, candidates), [2, 0, 0])
     with pytest.raises(ParameterError, match="without duplicates"):
-        vote_histogram(["a"], ("a", "a"))
+        answer_vote_counts(["a"], ("a", "a"))
 
 
 def test_events_are_unit_sensitivity_gaussians_self_composed():

@@ -15,7 +15,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from dpmtv.errors import ParameterError
 from dpmtv.eval.dp_icl import ensemble_from_draws, poisson_ensemble, subsampling_probability
 from dpmtv.privacy import SeededGaussianSampler
-from dpmtv.privacy.vote import (
+from dpmtv.privacy.noisy_vote import (
     calibrate_per_query_noise,
     calibrate_subsampled_query_noise,
     noisy_argmax,

@@ -48,7 +48,7 @@ from dpmtv.privacy._checks import check_int, check_positive
 from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier, validate_epsilon_delta
 from dpmtv.privacy.events import epsilon_of, gaussian_release_event, make_accountant
 from dpmtv.privacy.noise import NoiseSampler, perturb_with_gaussian
-from dpmtv.privacy.relation import NeighbouringRelation, parse_relation
+from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
 __all__ = [
     "calibrate_per_query_noise",
@@ -60,7 +60,7 @@ __all__ = [
     "subsampled_vote_event",
     "noisy_argmax",
     "noisy_vote_event",
-    "vote_histogram",
+    "answer_vote_counts",
     "vote_l2_sensitivity",
     "votes_by_candidate",
 ]
@@ -68,7 +68,7 @@ __all__ = [
 _RELATIVE_TOL = 1e-7
 
 
-def vote_l2_sensitivity(relation: NeighbouringRelation | str = NeighbouringRelation.REPLACE_ONE) -> float:
+def vote_l2_sensitivity(relation: AdjacencyRelation | str = AdjacencyRelation.REPLACE_ONE) -> float:
     """L2 sensitivity ``Δ`` of the vote histogram over a public candidate list: ``√2``.
 
     Derivation. Chunks are disjoint and their assignment does not depend on record contents
@@ -85,7 +85,7 @@ def vote_l2_sensitivity(relation: NeighbouringRelation | str = NeighbouringRelat
     return math.sqrt(2.0)
 
 
-def vote_histogram(votes: Iterable[Hashable], candidates: Sequence[Hashable]) -> np.ndarray:
+def answer_vote_counts(votes: Iterable[Hashable], candidates: Sequence[Hashable]) -> np.ndarray:
     """Counts of ``votes`` per entry of the public ``candidates`` list: float64 ``(|V|,)``.
 
     Votes not in ``candidates`` are dropped (see :func:`vote_l2_sensitivity`: still ``Δ ≤ √2``).
@@ -118,7 +118,7 @@ def noisy_argmax(counts: np.ndarray, *, noise_std: float, sampler: NoiseSampler)
 
 
 def noisy_vote_event(
-    *, noise_std: float, relation: NeighbouringRelation | str = NeighbouringRelation.REPLACE_ONE
+    *, noise_std: float, relation: AdjacencyRelation | str = AdjacencyRelation.REPLACE_ONE
 ) -> dp_accounting.DpEvent:
     """The event of ONE noisy vote: ``GaussianDpEvent(noise_std / √2)`` (unit sensitivity)."""
     noise_std = check_positive("noise_std", noise_std)
@@ -129,7 +129,7 @@ def dp_icl_event(
     *,
     noise_std: float,
     num_queries: int,
-    relation: NeighbouringRelation | str = NeighbouringRelation.REPLACE_ONE,
+    relation: AdjacencyRelation | str = AdjacencyRelation.REPLACE_ONE,
 ) -> dp_accounting.DpEvent:
     """``num_queries`` noisy votes on the same records: ``SelfComposedDpEvent(vote, Q)``."""
     num_queries = check_int("num_queries", num_queries, minimum=1)
@@ -142,7 +142,7 @@ def dp_icl_epsilon(
     noise_std: float,
     delta: float,
     num_queries: int,
-    relation: NeighbouringRelation | str = NeighbouringRelation.REPLACE_ONE,
+    relation: AdjacencyRelation | str = AdjacencyRelation.REPLACE_ONE,
 ) -> float:
     """Total epsilon at ``delta`` of ``num_queries`` votes with ``noise_std`` (PLD accountant)."""
     event = dp_icl_event(noise_std=noise_std, num_queries=num_queries, relation=relation)
@@ -154,7 +154,7 @@ def calibrate_per_query_noise(
     total_epsilon: float,
     delta: float,
     num_queries: int,
-    relation: NeighbouringRelation | str = NeighbouringRelation.REPLACE_ONE,
+    relation: AdjacencyRelation | str = AdjacencyRelation.REPLACE_ONE,
 ) -> float:
     """Smallest per-query vote noise std ``σ`` (within a 1e-7 relative tolerance, rounded up)
     such that ``num_queries`` votes are ``(total_epsilon, delta)``-DP under the PLD accountant.
@@ -199,7 +199,7 @@ def _round_up(make_event, z: float, *, epsilon: float, delta: float, step: float
 def votes_by_candidate(counts: Mapping[Hashable, int], candidates: Sequence[Hashable]) -> np.ndarray:
     """Dense counts over ``candidates`` from a sparse ``{answer: count}`` mapping (helper for
     recorded votes); answers outside the candidate list are dropped."""
-    dense = vote_histogram((), candidates)
+    dense = answer_vote_counts((), candidates)
     index = {candidate: i for i, candidate in enumerate(candidates)}
     for answer, count in counts.items():
         if answer in index:
@@ -216,7 +216,7 @@ def subsampled_vote_event(*, noise_std: float, sampling_probability: float) -> d
     """ONE query of the subsampled ensemble: ``PoissonSampledDpEvent(q, GaussianDpEvent(σ/√2))``
     (add/remove-one only; see the module docstring)."""
     q = _check_probability(sampling_probability)
-    vote = noisy_vote_event(noise_std=noise_std, relation=NeighbouringRelation.ADD_REMOVE_ONE)
+    vote = noisy_vote_event(noise_std=noise_std, relation=AdjacencyRelation.ADD_REMOVE_ONE)
     return dp_accounting.PoissonSampledDpEvent(q, vote)
 
 
@@ -259,7 +259,7 @@ def calibrate_subsampled_query_noise(
     num_queries = check_int("num_queries", num_queries, minimum=1)
     q = _check_probability(sampling_probability)
     epsilon, delta = float(total_epsilon), float(delta)
-    sqrt2 = vote_l2_sensitivity(NeighbouringRelation.ADD_REMOVE_ONE)
+    sqrt2 = vote_l2_sensitivity(AdjacencyRelation.ADD_REMOVE_ONE)
 
     def make_event(z: float) -> dp_accounting.DpEvent:
         return subsampled_dp_icl_event(noise_std=z * sqrt2, sampling_probability=q, num_queries=num_queries)

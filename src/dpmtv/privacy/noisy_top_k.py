@@ -12,7 +12,7 @@ DISTINCT heads, computed from chunk ``j``'s records only. The histogram ``c_h = 
 released through one-shot Gumbel noisy top-k: add i.i.d. ``Gumbel(0, b)`` noise to every count and
 return the ``k`` largest, in order.
 
-Sensitivity (:func:`vote_histogram`). Under replace-one, couple the neighbours through the same
+Sensitivity (:func:`head_vote_counts`). Under replace-one, couple the neighbours through the same
 data-independent partition: the changed record lies in one chunk ``j*`` (or the unused tail), so
 only ``V_{j*}`` changes, to some ``V'_{j*}``. Then ``c' − c = 1[V'] − 1[V]``: every coordinate moves
 by at most 1 (``L∞ = 1``, because a chunk votes at most once per head) and
@@ -83,7 +83,7 @@ __all__ = [
     "parallel_halves",
     "plan_private_selection",
     "split_budget",
-    "vote_histogram",
+    "head_vote_counts",
 ]
 
 # Measured on synthetic vote histograms (k = k' = 10 of 784 heads, δ = 1e-5; the 10 true heads
@@ -96,7 +96,7 @@ DEFAULT_SELECTION_FRACTION = 0.5
 COMPOSITIONS = ("sequential", "parallel")
 
 
-def vote_histogram(
+def head_vote_counts(
     votes: Sequence[Sequence[int]], *, num_candidates: int, max_votes_per_chunk: int
 ) -> np.ndarray:
     """Counts ``c_h = #{chunks voting for h}``, (n,) int64, from one vote list per chunk.
