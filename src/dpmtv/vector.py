@@ -84,6 +84,7 @@ class ArtifactMetadata(BaseModel):
     head_selection: dict[str, Any]
     prompt: dict[str, Any]
     privacy: PrivacyMetadata
+    workers: int = 1  # processes that extracted the chunks (1: local build; older artifacts: 1)
     tensors_sha256: str = ""
 
 
