@@ -59,9 +59,7 @@ def split_batches(
     batches = []
     for batch_id, start in enumerate(range(0, partition.num_chunks, chunks_per_batch)):
         ids = tuple(range(start, min(start + chunks_per_batch, partition.num_chunks)))
-        chunks = tuple(
-            tuple(records[int(i)] for i in partition.chunks[j][:shots_per_chunk]) for j in ids
-        )
+        chunks = tuple(tuple(records[int(i)] for i in partition.chunks[j][:shots_per_chunk]) for j in ids)
         batches.append(ChunkBatch(batch_id, ids, chunks))
     return batches
 

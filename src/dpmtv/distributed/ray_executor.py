@@ -18,6 +18,7 @@ under memory pressure — keep the released head set moderate or the object stor
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from typing import Any
 
@@ -90,6 +91,7 @@ class RayExecutor:
         self._worker_class = worker_class
         self.actors: list[Any] = []
         self._started_ray = False
+        self._identity: dict[str, Any] = {}
         self.attempts: Counter[int] = Counter()  # batch id -> times sent (last sum_clipped)
 
     def __enter__(self) -> RayExecutor:
@@ -125,28 +127,53 @@ class RayExecutor:
         return merge_in_batch_order(parts, job.layer_dims)
 
     def _run(self, batches, job_ref, advance) -> list[PartialSum]:
-        """Send each batch to an idle actor; resend a batch whose actor died; keep one answer
-        per batch."""
+        """Send each batch to an idle actor; resend a batch whose actor died, to the first actor
+        idle again (a dead one is restarted by Ray and probed before it gets work); keep one
+        answer per batch."""
         ray = self._ray
         pending, idle, in_flight = deque(batches), list(self.actors), {}
         answers: dict[int, PartialSum] = {}
-        while pending or in_flight:
+        while pending or any(batch is not None for batch, _ in in_flight.values()):
             while pending and idle:
                 batch, actor = pending.popleft(), idle.pop()
                 self.attempts[batch.batch_id] += 1
                 in_flight[actor.sum_chunks.remote(job_ref, batch)] = (batch, actor)
             (ready,), _ = ray.wait(list(in_flight), num_returns=1)
             batch, actor = in_flight.pop(ready)
-            idle.append(actor)  # a dead actor is restarted by Ray; calls wait for it
-            part = self._answer(ready, batch)
-            if part is None:
-                pending.appendleft(batch)
+            if batch is None:  # a restart probe: the actor is back, or still restarting
+                if self._restarted(ready):
+                    idle.append(actor)
+                else:
+                    in_flight[actor.identity.remote()] = (None, actor)
                 continue
+            part = self._answer(ready, batch)
+            if part is None:  # the actor died: its batch goes back, the actor gets probed
+                pending.appendleft(batch)
+                in_flight[actor.identity.remote()] = (None, actor)
+                continue
+            idle.append(actor)
             if part.batch_id in answers or part.chunk_ids != batch.chunk_ids:
                 raise DistributedError(f"batch {batch.batch_id} was answered twice or for other chunks")
             answers[part.batch_id] = part
             advance(len(batch.chunk_ids))
         return list(answers.values())
+
+    def _restarted(self, probe) -> bool:
+        """True once a restarted actor answers (with the driver's model); False while Ray is still
+        restarting it. An actor that cannot restart any more raises."""
+        exceptions = self._ray.exceptions
+        try:
+            identity = self._ray.get(probe)
+        except exceptions.ActorUnavailableError:
+            time.sleep(0.2)
+            return False
+        except exceptions.RayActorError as exc:
+            raise DistributedError(
+                f"a Ray worker died and could not be restarted ({type(exc).__name__}); nothing was "
+                "charged or noised"
+            ) from exc
+        _check_same_model(self._identity, [identity])
+        return True
 
     def _answer(self, ref, batch) -> PartialSum | None:
         """The batch's partial sum, or None when its worker died (and it may be sent again)."""
@@ -178,18 +205,20 @@ class RayExecutor:
             max_restarts=self.max_attempts, max_task_retries=0, **self._options
         )
         self.actors = [actor_class.remote(self.source) for _ in range(self.workers)]
-        _check_same_model(loaded, ray.get([actor.identity.remote() for actor in self.actors]))
+        from dpmtv.models.fingerprint import model_identity
+
+        self._identity = model_identity(loaded.adapter, loaded.name_or_path)
+        _check_same_model(self._identity, ray.get([actor.identity.remote() for actor in self.actors]))
 
 
-def _check_same_model(loaded, identities: list[dict[str, Any]]) -> None:
-    from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED, model_identity
+def _check_same_model(expected: dict[str, Any], identities: list[dict[str, Any]]) -> None:
+    from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 
-    expected = model_identity(loaded.adapter, loaded.name_or_path)
     for index, identity in enumerate(identities):
         for field in IDENTITY_FIELDS_CHECKED:
             if identity[field] != expected[field]:
                 raise DistributedError(
                     f"worker {index} loaded another model than the driver ({field}: "
                     f"{identity[field]!r} vs {expected[field]!r}); every node needs the same "
-                    f"checkpoint at '{loaded.name_or_path}'"
+                    f"checkpoint at '{expected['name_or_path']}'"
                 )

@@ -57,6 +57,12 @@ def remote_code_options(*, adapter_spec: str | Path | None, trust_remote_code: b
         _REMOTE_CODE_OPTIONS.reset(token)
 
 
+def current_remote_code_options() -> RemoteCodeOptions:
+    """The enclosing :func:`remote_code_options` (defaults outside any block), e.g. to load the
+    same model again in another process."""
+    return _REMOTE_CODE_OPTIONS.get() or RemoteCodeOptions()
+
+
 def parse_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[name]
