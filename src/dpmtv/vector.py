@@ -23,10 +23,9 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
@@ -35,8 +34,10 @@ from dpmtv._artifact_claim import check_privacy_claim
 from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
+
+if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
+    from dpmtv.hooks import LayerPatch
 
 FORMAT_VERSION = 2
 METADATA_KEY = "dpmtv"
@@ -99,6 +100,10 @@ class TaskVector:
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
+        import torch
+
+        from dpmtv.hooks import LayerPatch
+
         values = torch.from_numpy(np.ascontiguousarray(self.values, dtype=np.float32))
         patches: dict[int, LayerPatch] = {}
         for layer in self.heads.layers:
