@@ -346,7 +346,12 @@ def realsize(tmp: Path, options) -> dict:
         }  # fmt: skip
         result.update(
             first_token_latency(
-                loaded, vector, records, shots_list=(16, 64), repeats=options.realsize_repeats
+                loaded,
+                vector,
+                records,
+                shots_list=(16, 64),
+                repeats=options.realsize_repeats,
+                pairs=options.realsize_pairs,
             )
         )
         out[name] = result
