@@ -434,6 +434,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
             result = SECTIONS[section](Path(tmp), options)
+            if section == "realsize" and section in document:  # one entry per model, kept across runs
+                result = {**document[section]["result"], **result}
             document[section] = {"command": command, "machine": machine(), "seconds": time.perf_counter() - started,
                                  "result": result}  # fmt: skip
         out.write_text(json.dumps(document, indent=2) + "\n")  # after each section: nothing lost
