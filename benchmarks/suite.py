@@ -354,6 +354,8 @@ def realsize(tmp: Path, options) -> dict:
                 pairs=options.realsize_pairs,
             )
         )
+        result["command"] = " ".join(["python", "benchmarks/suite.py", *sys.argv[1:]])
+        result["load_average_1_5_15"] = os.getloadavg()
         out[name] = result
         del loaded
     return out
