@@ -191,7 +191,7 @@ def workers(tmp: Path, options) -> dict:
         ray.shutdown()
     out["speedup_2_over_1"] = out["workers_2"]["chunks_per_s_best"] / out["workers_1"]["chunks_per_s_best"]
     out["note"] = ("Ray actors with 1 CPU each (torch uses 1 thread per actor); the local loop is "
-                   "timed at the default torch threads and at 1. All timed after a warm-up pass.")  # fmt: skip
+                   "timed at the default torch threads and at 1. All after a warm-up pass.")  # fmt: skip
     return out
 
 
@@ -337,7 +337,8 @@ def realsize(tmp: Path, options) -> dict:
         vector = build_task_vector(loaded, records[: shots * chunks], heads, settings).vector
         per_chunk = (time.perf_counter() - started) / chunks
         result = {
-            "geometry": {"layers": geometry.num_layers, "heads": geometry.num_heads, "head_dim": geometry.head_dim},
+            "geometry": {"layers": geometry.num_layers, "heads": geometry.num_heads,
+                         "head_dim": geometry.head_dim},
             "parameters_millions": sum(p.numel() for p in loaded.model.parameters()) / 1e6,
             "image_px": image_px, "dtype": options.dtype, "device": options.device,
             "build_checkpoint_s": build_s, "chunks": chunks, "shots_per_chunk": shots,
@@ -396,7 +397,8 @@ def _target(name: str) -> str:
 
 
 def markdown(document: dict, tag: str) -> str:
-    lines = [f"# Benchmark suite ({tag})", "", "Every ratio measured, with its target where the design sets one.", "",
+    lines = [f"# Benchmark suite ({tag})", "",
+             "Every ratio measured, with its target where the design sets one.", "",
              "| measurement | value | target | met |", "|---|---|---|---|"]  # fmt: skip
     for name, value, target in ratios(document):
         met = "—"
@@ -406,7 +408,8 @@ def markdown(document: dict, tag: str) -> str:
         lines.append(f"| `{name}` | {value:.4g} | {target} | {met} |")
     lines += ["", "Sections (command, machine, load average):", ""]
     for section, entry in document.items():
-        lines.append(f"- `{section}`: `{entry['command']}`; load average {entry['machine']['load_average_1_5_15']}; "
+        load = entry["machine"]["load_average_1_5_15"]
+        lines.append(f"- `{section}`: `{entry['command']}`; load average {load}; "
                      f"{entry['seconds']:.0f} s")  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -438,7 +441,8 @@ def main() -> None:
             result = SECTIONS[section](Path(tmp), options)
             if section == "realsize" and section in document:  # one entry per model, kept across runs
                 result = {**document[section]["result"], **result}
-            document[section] = {"command": command, "machine": machine(), "seconds": time.perf_counter() - started,
+            seconds = time.perf_counter() - started
+            document[section] = {"command": command, "machine": machine(), "seconds": seconds,
                                  "result": result}  # fmt: skip
         out.write_text(json.dumps(document, indent=2) + "\n")  # after each section: nothing lost
         print(section, json.dumps(result, indent=2), flush=True)
