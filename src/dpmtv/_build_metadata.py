@@ -21,7 +21,16 @@ ACCOUNTANT_DESCRIPTION = (
 
 
 def artifact_metadata(
-    loaded, heads, settings, plan, clip_norms, partition, chunked: PrivatePartition, head_selection
+    loaded,
+    heads,
+    settings,
+    plan,
+    clip_norms,
+    partition,
+    chunked: PrivatePartition,
+    head_selection,
+    *,
+    workers: int = 1,
 ) -> ArtifactMetadata:
     """``partition``: the release's chunks (a half with parallel selection); ``chunked``: the
     build's whole partition, whose counts are stored only where they are public (replace-one).
@@ -59,6 +68,7 @@ def artifact_metadata(
         head_selection=head_selection,
         prompt=prompt_metadata(settings),
         privacy=privacy,
+        workers=workers,
     )
 
 

@@ -36,6 +36,7 @@ from dpmtv.chunks import (
 )
 from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
+from dpmtv.distributed.executor import Executor, LocalExecutor, sum_clipped_chunks
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_each_chunk, mean_selected_heads
 from dpmtv.heads import HeadSet, parse_head_spec
@@ -106,6 +107,7 @@ def build_task_vector(
     *,
     out: str | Path | None = None,
     before_noise: BeforeNoise | None = None,
+    executor: Executor | None = None,
 ) -> BuildResult:
     """Build a private task vector from ``records`` and (optionally) write it to ``out``.
 
@@ -113,7 +115,9 @@ def build_task_vector(
     ``before_noise(event)`` is called once, just before the first noise draw (for a non-private
     build, just before the release), with the build's accounting event (e.g. a ledger charge);
     if it raises, no noise is drawn and nothing written. Its ``preview(event)``, if it has one,
-    runs right after planning, before any forward pass.
+    runs right after planning, before any forward pass. ``executor`` sums the release chunks'
+    clipped vectors (default: this process; :class:`dpmtv.distributed.RayExecutor` on Ray
+    workers); noise is added here, once, either way.
     """
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
@@ -140,9 +144,9 @@ def build_task_vector(
         heads, head_selection = selection.heads, selection.to_metadata()
 
     reference = reference_activations(loaded, heads, settings)
-    accumulator = ClippedSumAccumulator(_layer_dims(loaded, heads))
-    for clipped in iter_clipped_chunks(loaded, records, release_part, heads, settings, reference, clip_norms):
-        accumulator.add(clipped)
+    accumulator = sum_clipped_chunks(
+        loaded, records, release_part, heads, settings, reference, clip_norms, executor=executor
+    )
     noised = release_clipped_sum(
         accumulator,
         num_chunks=release_part.num_chunks,
@@ -167,6 +171,7 @@ def build_task_vector(
             release_part,
             chunked,
             head_selection,
+            workers=(executor or LocalExecutor()).workers,
         ),
         reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
     )
@@ -456,12 +461,9 @@ def build_task_vectors_for_epsilons(
     )
     layout = plan_layout(loaded, records, heads, settings)
     reference = reference_activations(loaded, heads, settings)
-    sums = ClippedSumAccumulator(_layer_dims(loaded, heads))
-    chunks = iter_clipped_chunks(
+    sums = sum_clipped_chunks(
         loaded, records, layout.release_part, heads, settings, reference, layout.l2_clip_norms
     )
-    for clipped in chunks:
-        sums.add(clipped)
     return [
         _release_from_sums(loaded, heads, replace(settings, epsilon=e), layout, reference, sums)
         for e in epsilons

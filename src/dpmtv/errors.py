@@ -21,7 +21,9 @@ what to do about it. Catch :class:`DpmtvError` to handle anything the library ra
     │   ├── NoiseAlreadyAddedError         a release may be noised only once
     │   ├── DangerousModeError             seeded noise / non-private build without the switch
     │   └── BudgetExceededError            a ledger would be overspent
-    └── NumericalError                     NaN/inf activations and similar
+    ├── NumericalError                     NaN/inf activations and similar
+    └── DistributedError                   a distributed build: missing extra, a worker lost too
+                                           often, chunk ids returned twice or not at all
 """
 
 from __future__ import annotations
@@ -94,3 +96,8 @@ class BudgetExceededError(PrivacyError):
 
 class NumericalError(DpmtvError, ArithmeticError):
     """Non-finite values where finite ones are required."""
+
+
+class DistributedError(DpmtvError):
+    """A distributed build cannot go on (the Ray extra is missing, a worker loads another model,
+    a batch of chunks failed too often, or the workers' chunk ids are not disjoint and complete)."""

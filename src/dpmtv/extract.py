@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings, prefetched
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
@@ -48,12 +49,26 @@ def selected_heads_of(
 
 
 def extract_each_chunk(
-    adapter: ModelAdapter, prompts: Iterable[Prompt], heads: HeadSet, *, max_prompt_tokens: int
+    adapter: ModelAdapter,
+    prompts: Iterable[Prompt],
+    heads: HeadSet,
+    *,
+    max_prompt_tokens: int,
+    prefetch: int = DEFAULT_PREFETCH,
+    timings: PipelineTimings | None = None,
 ) -> Iterator[dict[int, np.ndarray] | None]:
     """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
-    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget)."""
-    for prompt in prompts:
-        inputs = encode_one_within(adapter, prompt, max_prompt_tokens=max_prompt_tokens)
+    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget).
+
+    The next ``prefetch`` prompts are rendered (images decoded) and encoded on a background
+    thread while this one runs (:mod:`dpmtv._prefetch`); each is still encoded alone and gets its
+    own forward pass. ``timings`` collects how long the forward pass waited for its inputs."""
+    prompts = prompts if isinstance(prompts, Sequence) else list(prompts)
+
+    def encode(index: int) -> Mapping[str, torch.Tensor] | None:
+        return encode_one_within(adapter, prompts[index], max_prompt_tokens=max_prompt_tokens)
+
+    for inputs in prefetched(encode, len(prompts), depth=prefetch, timings=timings):
         yield None if inputs is None else selected_heads_of(adapter, inputs, heads)
 
 

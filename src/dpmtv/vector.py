@@ -23,7 +23,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,8 +34,10 @@ from dpmtv._artifact_claim import check_privacy_claim
 from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import LayerPatch
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
+
+if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
+    from dpmtv.hooks import LayerPatch
 
 FORMAT_VERSION = 2
 METADATA_KEY = "dpmtv"
@@ -83,6 +85,7 @@ class ArtifactMetadata(BaseModel):
     head_selection: dict[str, Any]
     prompt: dict[str, Any]
     privacy: PrivacyMetadata
+    workers: int = 1  # processes that extracted the chunks (1: local build; older artifacts: 1)
     tensors_sha256: str = ""
 
 
@@ -97,6 +100,8 @@ class TaskVector:
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
+        from dpmtv.hooks import LayerPatch  # torch on first use
+
         patches: dict[int, LayerPatch] = {}
         for layer in self.heads.layers:
             rows = [i for i, (pair_layer, _) in enumerate(self.heads.pairs) if pair_layer == layer]

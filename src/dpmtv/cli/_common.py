@@ -84,11 +84,21 @@ def model_options(function):
         help="Adapter spec (JSON) for a checkpoint transformers cannot load natively, e.g. "
         "docs/adapters/qwen-vl-chat.json.",
     )(function)
-    function = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")(
-        function
-    )
     function = click.option(
-        "--dtype", default="float32", show_default=True, type=click.Choice(DTYPES), help="Weights dtype."
+        "--device",
+        default="cpu",
+        show_default=True,
+        help="torch device: cpu, cuda, cuda:N, auto (the GPU if torch sees one, else the CPU), or "
+        "map:auto / map:balanced to spread a large model over the GPUs (transformers' device_map; "
+        "needs accelerate). Clipping, sums and noise always run in float64 on the CPU.",
+    )(function)
+    function = click.option(
+        "--dtype",
+        default="float32",
+        show_default=True,
+        type=click.Choice(DTYPES),
+        help="Weights and forward-pass dtype (bfloat16 halves memory on a GPU); the captured head "
+        "outputs are cast to float32 before anything else.",
     )(function)
     return click.option(
         "--model",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 from dataclasses import replace
@@ -221,6 +222,27 @@ from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
     is_flag=True,
     help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    help="Extract the chunks on Ray workers: 'auto' (this machine's Ray cluster, or a new local "
+    "one) or a cluster address. Workers get chunk contents only and return sums of clipped "
+    "vectors; noise is added once, here. Needs the ray extra: pip install 'dpmtv[ray]'.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Ray workers (with --ray), each loading the model once.",
+)
+@click.option(
+    "--gpus-per-worker",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="GPUs each Ray worker reserves (with --ray and --device cuda); fractions share a GPU.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,
@@ -260,6 +282,9 @@ def command(
     void_budget,
     public_data,
     clip_quantile,
+    ray_address,
+    workers,
+    gpus_per_worker,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.build import build_task_vector
@@ -282,6 +307,10 @@ def command(
     if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
         relation = relation_for_unit(privacy_unit, neighbouring_relation).value
         _check_ledger(*ledger, relation, privacy_unit, void_reason, timeout_s=ledger_timeout_s)
+    if ray_address is not None:  # before any work: a missing extra is one line with the install command
+        from dpmtv.distributed.ray_executor import import_ray
+
+        import_ray()
     records = load_records(data_path)
     check_not_an_input(out, _image_paths(records), "an image of a record")
     _check_public_inputs(records, heads_from, center, query, public_data)
@@ -308,11 +337,14 @@ def command(
         out, artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=center != "none")
     )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
-    try:
-        result = build_task_vector(loaded, records, heads, settings, out=out, before_noise=charge)
-    except BaseException as exc:
-        _explain_failure(charge, exc)
-        raise
+    with _executor(ray_address, workers, gpus_per_worker, loaded, dtype, device) as executor:
+        try:
+            result = build_task_vector(
+                loaded, records, heads, settings, out=out, before_noise=charge, executor=executor
+            )
+        except BaseException as exc:
+            _explain_failure(charge, exc)
+            raise
     if charge is not None:
         charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
     for note in result.warnings:
@@ -363,6 +395,26 @@ def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -
             highlight=False,
         )
     return norms
+
+
+def _executor(ray_address, workers, gpus_per_worker, loaded, dtype, device):
+    """A Ray executor for ``--ray`` (closed after the build), else nothing: a local build."""
+    if ray_address is None:
+        if gpus_per_worker:
+            raise ParameterError("--gpus-per-worker needs --ray")
+        return contextlib.nullcontext(None)
+    from dpmtv.distributed import ModelSource, RayExecutor
+    from dpmtv.models.loading import current_remote_code_options
+
+    remote = current_remote_code_options()
+    source = ModelSource(
+        loaded.name_or_path,
+        dtype=dtype,
+        device=device,
+        adapter_spec=None if remote.adapter_spec is None else str(remote.adapter_spec),
+        trust_remote_code=remote.trust_remote_code,
+    )
+    return RayExecutor(source, workers=workers, address=ray_address, gpus_per_worker=gpus_per_worker)
 
 
 def _protected_paths(data_path, ledger) -> dict[str, Path]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # annotations only: HeadGeometry (artifacts, head specs) must not load torch
+    import torch
+    from torch import nn
 
 from dpmtv.errors import AdapterError
 from dpmtv.prompts import Prompt, chat_messages

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from dpmtv.models.base import ModelAdapter
+if TYPE_CHECKING:  # torch loads on first use: reading an artifact's identity fields needs none
+    from dpmtv.models.base import ModelAdapter
 
 # Keys that change with how a model is loaded or saved, not with what it computes.
 _VOLATILE_CONFIG_KEYS = {
@@ -37,6 +36,8 @@ def attention_weights_sha256(adapter: ModelAdapter) -> str:
     Rounding makes a float32 and a bfloat16 load of the same checkpoint agree; a float16 load
     may differ (double rounding), which the mismatch message points out.
     """
+    import torch
+
     digest = hashlib.sha256()
     for o_proj in adapter.o_projs:
         weight = o_proj.weight.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()

@@ -57,11 +57,46 @@ def remote_code_options(*, adapter_spec: str | Path | None, trust_remote_code: b
         _REMOTE_CODE_OPTIONS.reset(token)
 
 
+def current_remote_code_options() -> RemoteCodeOptions:
+    """The enclosing :func:`remote_code_options` (defaults outside any block), e.g. to load the
+    same model again in another process."""
+    return _REMOTE_CODE_OPTIONS.get() or RemoteCodeOptions()
+
+
 def parse_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[name]
     except KeyError:
         raise ModelError(f"unknown dtype '{name}'; use one of {', '.join(_DTYPES)}") from None
+
+
+DEVICE_MAP_PREFIX = "map:"  # --device map:auto spreads a large model over the GPUs (device_map)
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: the GPU when torch sees one, else the CPU; any other name is torch's."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _placement(device: str) -> tuple[dict[str, Any], str | None]:
+    """(``from_pretrained`` keyword arguments, the device to move the model to afterwards)."""
+    if device.startswith(DEVICE_MAP_PREFIX):
+        return {"device_map": device[len(DEVICE_MAP_PREFIX) :]}, None
+    return {}, resolve_device(device)
+
+
+def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs) -> nn.Module:
+    """Weights in ``dtype`` on ``device`` (or over the GPUs with ``map:...``), in eval mode."""
+    placement, move_to = _placement(device)
+    try:
+        model = model_cls.from_pretrained(path, dtype=parse_dtype(dtype), **placement, **kwargs)
+    except ImportError as exc:
+        if placement:
+            raise ModelError(f"--device {device} needs accelerate: pip install accelerate ({exc})") from None
+        raise
+    return (model if move_to is None else model.to(move_to)).eval()
 
 
 def resolve_model_path(name_or_path: str | Path) -> str:
@@ -124,13 +159,12 @@ def load_model(
     adapter_cls = adapter_for(config.model_type)
     processor = adapter_cls.load_processor(path)
     try:
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=parse_dtype(dtype))
+        model = _from_pretrained(AutoModelForImageTextToText, path, dtype=dtype, device=device)
     except ValueError as exc:
         raise UnsupportedModelError(
             f"model_type '{config.model_type}' at '{path}' is not an image-text-to-text model "
             f"transformers can load ({exc}); for a remote-code checkpoint pass --adapter spec.json"
         ) from exc
-    model = model.to(device).eval()
     return LoadedModel(model, processor, adapter_cls(model, processor), path, _read_defaults(path))
 
 
@@ -163,12 +197,11 @@ def _load_with_spec(
         raise ModelError(
             f"adapter spec '{spec_file}': model_class '{spec.model_class}' is not a transformers Auto class"
         )
-    model = model_cls.from_pretrained(path, dtype=parse_dtype(dtype), trust_remote_code=trust_remote_code)
+    model = _from_pretrained(model_cls, path, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
     processor_cls = (
         transformers.AutoProcessor if spec.images.kind == "processor" else transformers.AutoTokenizer
     )
     processor = processor_cls.from_pretrained(path, trust_remote_code=trust_remote_code)
-    model = model.to(device).eval()
     return LoadedModel(model, processor, SpecAdapter(model, processor, spec), path, _read_defaults(path))
 
 

@@ -1,0 +1,34 @@
+"""Distributed extraction: a build's clipped chunk vectors summed on Ray workers.
+
+Workers return sums of clipped vectors and the chunk ids they covered; the driver checks the
+ids, adds the sums, and the build adds noise once (``docs/design.md``, "Distributed builds").
+:class:`RayExecutor` needs the ``ray`` extra (``pip install 'dpmtv[ray]'``); it is imported on
+first use, so this package does not import Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpmtv.distributed.batches import ChunkBatch, PartialSum, check_coverage, split_batches
+from dpmtv.distributed.executor import ChunkJob, LocalExecutor, ModelSource, sum_clipped_chunks
+
+__all__ = [
+    "ChunkBatch",
+    "ChunkJob",
+    "LocalExecutor",
+    "ModelSource",
+    "PartialSum",
+    "RayExecutor",
+    "check_coverage",
+    "split_batches",
+    "sum_clipped_chunks",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RayExecutor":
+        from dpmtv.distributed.ray_executor import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module 'dpmtv.distributed' has no attribute '{name}'")

@@ -1,0 +1,98 @@
+"""What travels between the driver and the workers of a distributed extraction, and the driver's
+check that the workers covered every chunk exactly once.
+
+A worker receives a :class:`ChunkBatch`: chunk ids (positions in the build's partition, public:
+``0..m-1``) and each chunk's records, already cut to ``shots_per_chunk``. It never sees the
+partition key, the other chunks, the unused records or any record index. It returns a
+:class:`PartialSum`: the sum of its chunks' clipped vectors and the ids it covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmtv.data.records import Record
+from dpmtv.errors import DistributedError, ParameterError
+from dpmtv.privacy import ClippedSumAccumulator, Partition
+
+__all__ = ["ChunkBatch", "PartialSum", "check_coverage", "merge_in_batch_order", "split_batches"]
+
+
+@dataclass(frozen=True)
+class ChunkBatch:
+    """Some chunks' contents, as a worker receives them (empty chunks included: they cover their
+    id and add nothing)."""
+
+    batch_id: int
+    chunk_ids: tuple[int, ...]
+    chunks: tuple[tuple[Record, ...], ...]  # one record tuple per chunk id
+
+    def as_partition(self) -> tuple[list[Record], Partition]:
+        """The batch as the build's extraction takes it: a record list and a partition of it."""
+        records: list[Record] = []
+        chunks = []
+        for chunk in self.chunks:
+            chunks.append(np.arange(len(records), len(records) + len(chunk), dtype=np.int64))
+            records.extend(chunk)
+        return records, Partition(chunks=tuple(chunks), num_unused=0)
+
+
+@dataclass
+class PartialSum:
+    """A worker's answer for one batch: the sum of its chunks' clipped vectors (un-noised: it
+    lives in the driver's memory until merged, never written) and the chunk ids it covers."""
+
+    batch_id: int
+    chunk_ids: tuple[int, ...]
+    accumulator: ClippedSumAccumulator
+
+
+def split_batches(
+    records: Sequence[Record], partition: Partition, *, shots_per_chunk: int, chunks_per_batch: int
+) -> list[ChunkBatch]:
+    """Consecutive chunk ids, ``chunks_per_batch`` at a time, with their records."""
+    if chunks_per_batch < 1:
+        raise ParameterError(f"chunks_per_batch must be >= 1, got {chunks_per_batch}")
+    batches = []
+    for batch_id, start in enumerate(range(0, partition.num_chunks, chunks_per_batch)):
+        ids = tuple(range(start, min(start + chunks_per_batch, partition.num_chunks)))
+        chunks = tuple(tuple(records[int(i)] for i in partition.chunks[j][:shots_per_chunk]) for j in ids)
+        batches.append(ChunkBatch(batch_id, ids, chunks))
+    return batches
+
+
+def check_coverage(parts: Iterable[PartialSum], *, num_chunks: int) -> None:
+    """Every chunk id ``0..m-1`` covered by exactly one partial sum.
+
+    A chunk summed twice (a retried batch whose first answer also arrived) would weigh its
+    records twice and break the sensitivity bound; a chunk missing would bias the mean. Either
+    stops the build before its charge and its noise.
+    """
+    seen: dict[int, int] = {}
+    for part in parts:
+        for chunk_id in part.chunk_ids:
+            if chunk_id in seen:
+                raise DistributedError(
+                    f"chunk {chunk_id} was returned by batch {seen[chunk_id]} and again by batch "
+                    f"{part.batch_id}; a chunk must be summed exactly once"
+                )
+            seen[chunk_id] = part.batch_id
+    missing = sorted(set(range(num_chunks)) - set(seen))
+    extra = sorted(set(seen) - set(range(num_chunks)))
+    if missing or extra:
+        raise DistributedError(
+            f"the workers' chunk ids are not the build's 0..{num_chunks - 1}: missing {missing[:10]}, "
+            f"unknown {extra[:10]}"
+        )
+
+
+def merge_in_batch_order(parts: Sequence[PartialSum], layer_dims: dict[int, int]) -> ClippedSumAccumulator:
+    """One accumulator of all partial sums, added in batch order so that the result does not
+    depend on which worker finished first (float addition is not associative)."""
+    total = ClippedSumAccumulator(layer_dims)
+    for part in sorted(parts, key=lambda p: p.batch_id):
+        total.merge(part.accumulator)
+    return total

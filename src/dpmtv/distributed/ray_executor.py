@@ -1,0 +1,224 @@
+"""Distributed extraction on Ray: actors that load the model once and sum batches of chunks.
+
+The driver (this process) keeps the partition and its key; it sends each actor batches of chunk
+contents (:class:`~dpmtv.distributed.batches.ChunkBatch`), at most one batch in flight per
+actor, so faster workers take more batches. An actor returns the sum of its batch's clipped
+vectors and the chunk ids covered. When an actor dies (node lost, process killed, out of
+memory), Ray restarts it (the model is loaded again) and the driver sends the lost batch again;
+a batch's sum is kept only from the attempt that answered, and the driver checks that the
+answers cover every chunk id exactly once before adding them up in batch order. Noise is never
+drawn here: the build adds it once, on the driver, to the mean of this sum.
+
+Ray's own task retries are off (``max_task_retries=0``) so that every resend is the driver's,
+counted in :attr:`RayExecutor.attempts`. Each partial sum is small (the selected heads' width,
+float64) and is dropped as soon as it is merged; it travels in Ray's memory (objects under Ray's
+inline limit, 100 KiB by default, never reach the shared object store, which may spill to disk
+under memory pressure — keep the released head set moderate or the object store roomy).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from typing import Any
+
+from dpmtv._progress import progress_bar
+from dpmtv.distributed.batches import PartialSum, check_coverage, merge_in_batch_order, split_batches
+from dpmtv.distributed.executor import ChunkJob, ModelSource, sum_batch
+from dpmtv.errors import DistributedError, DpmtvError, ParameterError
+from dpmtv.privacy import ClippedSumAccumulator
+
+__all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
+
+INSTALL_LINE = "pip install 'dpmtv[ray]'"
+
+
+def import_ray():
+    """The ``ray`` module, or a one-line error with the install line."""
+    try:
+        import ray
+    except ImportError:
+        raise DistributedError(f"distributed builds need the ray extra: {INSTALL_LINE}") from None
+    return ray
+
+
+class ChunkWorker:
+    """A Ray actor's code: load the model once, then sum the batches sent to it."""
+
+    def __init__(self, source: ModelSource):
+        self._loaded = source.load()
+
+    def identity(self) -> dict[str, Any]:
+        from dpmtv.models.fingerprint import model_identity
+
+        return model_identity(self._loaded.adapter, self._loaded.name_or_path)
+
+    def sum_chunks(self, job: ChunkJob, batch) -> PartialSum:
+        return PartialSum(batch.batch_id, batch.chunk_ids, sum_batch(self._loaded, job, batch))
+
+
+class RayExecutor:
+    """Sums clipped chunk vectors on ``workers`` Ray actors (use as a context manager).
+
+    ``address``: "auto" joins the Ray cluster this machine knows (``RAY_ADDRESS`` or one started
+    with ``ray start``) or starts a local one; anything else is a cluster address. A Ray that is
+    already initialised in this process is used as it is. ``chunks_per_batch`` trades scheduling
+    overhead for balance and for how much work a lost worker costs. ``worker_class`` is for
+    subclasses of :class:`ChunkWorker` (tests inject faults with it).
+    """
+
+    def __init__(
+        self,
+        source: ModelSource,
+        *,
+        workers: int,
+        address: str = "auto",
+        gpus_per_worker: float = 0.0,
+        cpus_per_worker: float = 1.0,
+        chunks_per_batch: int = 4,
+        max_attempts: int = 3,
+        worker_class: type = ChunkWorker,
+    ):
+        if workers < 1 or max_attempts < 1 or gpus_per_worker < 0:
+            raise ParameterError(
+                f"workers ({workers}) and max_attempts ({max_attempts}) must be >= 1 and "
+                f"gpus_per_worker ({gpus_per_worker}) >= 0"
+            )
+        self._ray = import_ray()
+        self.source, self.workers, self.address = source, workers, address
+        self._options = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker}
+        self.chunks_per_batch, self.max_attempts = chunks_per_batch, max_attempts
+        self._worker_class = worker_class
+        self.actors: list[Any] = []
+        self._started_ray = False
+        self._identity: dict[str, Any] = {}
+        self.attempts: Counter[int] = Counter()  # batch id -> times sent (last sum_clipped)
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the actors, and Ray if this executor started it."""
+        for actor in self.actors:
+            self._ray.kill(actor)
+        self.actors = []
+        if self._started_ray:
+            self._ray.shutdown()
+            self._started_ray = False
+
+    def sum_clipped(self, loaded, records, partition, job: ChunkJob) -> ClippedSumAccumulator:
+        """The sum of every chunk's clipped vector (module docstring for how)."""
+        self._start(loaded)
+        batches = split_batches(
+            records,
+            partition,
+            shots_per_chunk=job.settings.shots_per_chunk,
+            chunks_per_batch=self.chunks_per_batch,
+        )
+        job_ref = self._ray.put(job)  # sent once, shared by every call
+        self.attempts = Counter()
+        description = f"extracting chunks on {self.workers} workers"
+        with progress_bar(description, partition.num_chunks, enabled=job.settings.progress) as advance:
+            parts = self._run(batches, job_ref, advance)
+        check_coverage(parts, num_chunks=partition.num_chunks)
+        return merge_in_batch_order(parts, job.layer_dims)
+
+    def _run(self, batches, job_ref, advance) -> list[PartialSum]:
+        """Send each batch to an idle actor; resend a batch whose actor died, to the first actor
+        idle again (a dead one is restarted by Ray and probed before it gets work); keep one
+        answer per batch."""
+        ray = self._ray
+        pending, idle, in_flight = deque(batches), list(self.actors), {}
+        answers: dict[int, PartialSum] = {}
+        while pending or any(batch is not None for batch, _ in in_flight.values()):
+            while pending and idle:
+                batch, actor = pending.popleft(), idle.pop()
+                self.attempts[batch.batch_id] += 1
+                in_flight[actor.sum_chunks.remote(job_ref, batch)] = (batch, actor)
+            (ready,), _ = ray.wait(list(in_flight), num_returns=1)
+            batch, actor = in_flight.pop(ready)
+            if batch is None:  # a restart probe: the actor is back, or still restarting
+                if self._restarted(ready):
+                    idle.append(actor)
+                else:
+                    in_flight[actor.identity.remote()] = (None, actor)
+                continue
+            part = self._answer(ready, batch)
+            if part is None:  # the actor died: its batch goes back, the actor gets probed
+                pending.appendleft(batch)
+                in_flight[actor.identity.remote()] = (None, actor)
+                continue
+            idle.append(actor)
+            if part.batch_id in answers or part.chunk_ids != batch.chunk_ids:
+                raise DistributedError(f"batch {batch.batch_id} was answered twice or for other chunks")
+            answers[part.batch_id] = part
+            advance(len(batch.chunk_ids))
+        return list(answers.values())
+
+    def _restarted(self, probe) -> bool:
+        """True once a restarted actor answers (with the driver's model); False while Ray is still
+        restarting it. An actor that cannot restart any more raises."""
+        exceptions = self._ray.exceptions
+        try:
+            identity = self._ray.get(probe)
+        except exceptions.ActorUnavailableError:
+            time.sleep(0.2)
+            return False
+        except exceptions.RayActorError as exc:
+            raise DistributedError(
+                f"a Ray worker died and could not be restarted ({type(exc).__name__}); nothing was "
+                "charged or noised"
+            ) from exc
+        _check_same_model(self._identity, [identity])
+        return True
+
+    def _answer(self, ref, batch) -> PartialSum | None:
+        """The batch's partial sum, or None when its worker died (and it may be sent again)."""
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(ref)
+        except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:
+            if self.attempts[batch.batch_id] >= self.max_attempts:
+                raise DistributedError(
+                    f"chunks {batch.chunk_ids[0]}..{batch.chunk_ids[-1]}: their worker died "
+                    f"{self.max_attempts} times ({type(exc).__name__}); nothing was charged or noised"
+                ) from exc
+            return None
+        except exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, DpmtvError):  # a bad record or NaN on a worker: the same error
+                raise cause from None
+            raise
+
+    def _start(self, loaded) -> None:
+        """Join or start Ray, start the actors, and check they loaded the driver's model."""
+        if self.actors:
+            return
+        ray = self._ray
+        if not ray.is_initialized():
+            ray.init(address=None if self.address == "auto" else self.address, logging_level="WARNING")
+            self._started_ray = True
+        actor_class = ray.remote(self._worker_class).options(
+            max_restarts=self.max_attempts, max_task_retries=0, **self._options
+        )
+        self.actors = [actor_class.remote(self.source) for _ in range(self.workers)]
+        from dpmtv.models.fingerprint import model_identity
+
+        self._identity = model_identity(loaded.adapter, loaded.name_or_path)
+        _check_same_model(self._identity, ray.get([actor.identity.remote() for actor in self.actors]))
+
+
+def _check_same_model(expected: dict[str, Any], identities: list[dict[str, Any]]) -> None:
+    from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
+
+    for index, identity in enumerate(identities):
+        for field in IDENTITY_FIELDS_CHECKED:
+            if identity[field] != expected[field]:
+                raise DistributedError(
+                    f"worker {index} loaded another model than the driver ({field}: "
+                    f"{identity[field]!r} vs {expected[field]!r}); every node needs the same "
+                    f"checkpoint at '{expected['name_or_path']}'"
+                )

@@ -1,0 +1,91 @@
+"""The driver's side of a distributed build, without Ray: what a worker receives, the coverage
+check, and the one-line error when the ray extra is missing."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpmtv.cli import main
+from dpmtv.data.records import Record
+from dpmtv.distributed import PartialSum, check_coverage, split_batches
+from dpmtv.errors import DistributedError
+from dpmtv.privacy import ClippedSumAccumulator, Partition
+
+
+def _records(count: int) -> list[Record]:
+    return [Record(f"r{i}", (), "q", "a") for i in range(count)]
+
+
+def _part(batch_id: int, chunk_ids: tuple[int, ...]) -> PartialSum:
+    return PartialSum(batch_id, chunk_ids, ClippedSumAccumulator({0: 2}))
+
+
+def test_batches_carry_chunk_contents_cut_to_shots_and_nothing_else():
+    records = _records(10)
+    partition = Partition(
+        chunks=(np.array([7, 2, 9]), np.array([], np.int64), np.array([4, 0, 1])), num_unused=3
+    )
+    batches = split_batches(records, partition, shots_per_chunk=2, chunks_per_batch=2)
+    assert [b.chunk_ids for b in batches] == [(0, 1), (2,)]
+    assert [[r.record_id for r in chunk] for b in batches for chunk in b.chunks] == [
+        ["r7", "r2"],
+        [],
+        ["r4", "r0"],
+    ]
+    sent = {r.record_id for b in batches for chunk in b.chunks for r in chunk}
+    assert sent == {"r7", "r2", "r4", "r0"}  # unused records and cut shots never leave the driver
+    worker_records, worker_partition = batches[0].as_partition()
+    assert [[worker_records[int(i)].record_id for i in c] for c in worker_partition.chunks] == [
+        ["r7", "r2"],
+        [],
+    ]
+
+
+def test_coverage_accepts_each_chunk_exactly_once():
+    check_coverage([_part(1, (2, 3)), _part(0, (0, 1))], num_chunks=4)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [_part(0, (0, 1)), _part(1, (1, 2))],  # chunk 1 twice: a retried batch counted again
+        [_part(0, (0, 1))],  # chunk 2 missing
+        [_part(0, (0, 1, 2, 3))],  # an id the build does not have
+    ],
+)
+def test_coverage_refuses_duplicates_gaps_and_unknown_ids(parts):
+    with pytest.raises(DistributedError):
+        check_coverage(parts, num_chunks=3)
+
+
+def test_ray_option_without_ray_prints_the_install_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    data = tmp_path / "records.jsonl"
+    data.write_text('{"id": "a", "image": "x.png", "question": "q", "answer": "a"}\n')
+    result = CliRunner().invoke(
+        main,
+        [
+            "build",
+            "--data",
+            str(data),
+            "--heads",
+            "all",
+            "--epsilon",
+            "1",
+            "--l2-clip-norm",
+            "1",
+            "--shots-per-chunk",
+            "1",
+            "--out",
+            str(tmp_path / "v.safetensors"),
+            "--ray",
+            "auto",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "pip install 'dpmtv[ray]'" in result.output
+    assert not (tmp_path / "v.safetensors").exists()
