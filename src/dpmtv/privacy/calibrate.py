@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import dp_accounting
 from dp_accounting import mechanism_calibration
@@ -139,32 +139,51 @@ def _calibrate_memo(epsilon: float, delta: float, fixed_events: tuple[dp_account
     def make_event(z: float) -> dp_accounting.DpEvent:
         return _release_event(fixed, z)
 
+    bracket = mechanism_calibration.LowerEndpointAndGuess(0.5 * analytic, analytic)
+    return search_noise_multiplier(make_event, epsilon=epsilon, delta=delta, bracket=bracket, tol=tol)
+
+
+def search_noise_multiplier(
+    make_event: Callable[[float], dp_accounting.DpEvent],
+    *,
+    epsilon: float,
+    delta: float,
+    bracket: mechanism_calibration.BracketInterval,
+    tol: float,
+) -> float:
+    """The smallest multiplier ``z`` in ``bracket`` (within ``tol``, rounded up) with
+    ``make_event(z)`` (epsilon, delta)-DP under the PLD accountant: the one search every
+    calibration in dpmtv uses (releases here, DP-ICL votes in :mod:`dpmtv.privacy.noisy_vote`).
+
+    ``dp_accounting.calibrate_dp_mechanism`` (Brent's method) finds ``z`` within ``tol`` of the
+    optimum from either side; ``tol`` is added and :func:`round_up_noise_multiplier` then grows
+    ``z`` until the accountant confirms, so the result never overshoots the budget."""
     found = mechanism_calibration.calibrate_dp_mechanism(
-        make_accountant,
-        make_event,
-        epsilon,
-        delta,
-        bracket_interval=mechanism_calibration.LowerEndpointAndGuess(0.5 * analytic, analytic),
-        tol=tol,
+        make_accountant, make_event, epsilon, delta, bracket_interval=bracket, tol=tol
     )
-    return _round_up_to_budget(fixed, float(found) + tol, epsilon=epsilon, delta=delta, tol=tol)
+    return round_up_noise_multiplier(make_event, float(found) + tol, epsilon=epsilon, delta=delta, step=tol)
+
+
+def round_up_noise_multiplier(
+    make_event: Callable[[float], dp_accounting.DpEvent],
+    z: float,
+    *,
+    epsilon: float,
+    delta: float,
+    step: float,
+) -> float:
+    """Grow ``z`` (by ``step``, doubling) until the accountant confirms epsilon <= target (the
+    no-overshoot guarantee)."""
+    for _ in range(60):
+        if epsilon_of(make_event(z), delta=delta) <= epsilon:
+            return z
+        z, step = z + step, 2 * step
+    raise NumericalError(f"could not calibrate a noise multiplier for epsilon={epsilon}, delta={delta}")
 
 
 def _release_event(fixed: list[dp_accounting.DpEvent], z: float) -> dp_accounting.DpEvent:
     gaussian = gaussian_release_event(noise_multiplier=z)
     return dp_accounting.ComposedDpEvent([*fixed, gaussian]) if fixed else gaussian
-
-
-def _round_up_to_budget(
-    fixed: list[dp_accounting.DpEvent], z: float, *, epsilon: float, delta: float, tol: float
-) -> float:
-    """Grow ``z`` until the accountant confirms epsilon <= target (the no-overshoot guarantee)."""
-    step = tol
-    for _ in range(60):
-        if epsilon_of(_release_event(fixed, z), delta=delta) <= epsilon:
-            return z
-        z, step = z + step, 2 * step
-    raise NumericalError(f"could not calibrate a noise multiplier for epsilon={epsilon}, delta={delta}")
 
 
 def _check_fixed_budget(fixed: list[dp_accounting.DpEvent], *, epsilon: float, delta: float) -> None:

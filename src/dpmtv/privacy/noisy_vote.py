@@ -45,8 +45,13 @@ from dp_accounting import mechanism_calibration
 
 from dpmtv.errors import NumericalError, ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
-from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier, validate_epsilon_delta
-from dpmtv.privacy.events import epsilon_of, gaussian_release_event, make_accountant
+from dpmtv.privacy.calibrate import (
+    analytic_gaussian_noise_multiplier,
+    round_up_noise_multiplier,
+    search_noise_multiplier,
+    validate_epsilon_delta,
+)
+from dpmtv.privacy.events import epsilon_of, gaussian_release_event
 from dpmtv.privacy.noise import NoiseSampler, perturb_with_gaussian
 from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
@@ -175,25 +180,9 @@ def calibrate_per_query_noise(
     def make_event(z: float) -> dp_accounting.DpEvent:
         return dp_accounting.SelfComposedDpEvent(gaussian_release_event(noise_multiplier=z), num_queries)
 
-    found = mechanism_calibration.calibrate_dp_mechanism(
-        make_accountant,
-        make_event,
-        epsilon,
-        delta,
-        bracket_interval=mechanism_calibration.LowerEndpointAndGuess(0.25 * guess, guess),
-        tol=tol,
-    )
-    z = _round_up(make_event, float(found) + tol, epsilon=epsilon, delta=delta, step=tol)
+    bracket = mechanism_calibration.LowerEndpointAndGuess(0.25 * guess, guess)
+    z = search_noise_multiplier(make_event, epsilon=epsilon, delta=delta, bracket=bracket, tol=tol)
     return z * vote_l2_sensitivity(relation)
-
-
-def _round_up(make_event, z: float, *, epsilon: float, delta: float, step: float) -> float:
-    """Grow ``z`` until the accountant confirms epsilon <= target (the no-overshoot guarantee)."""
-    for _ in range(60):
-        if epsilon_of(make_event(z), delta=delta) <= epsilon:
-            return z
-        z, step = z + step, 2 * step
-    raise NumericalError(f"could not calibrate the vote noise for epsilon={epsilon}, delta={delta}")
 
 
 def votes_by_candidate(counts: Mapping[Hashable, int], candidates: Sequence[Hashable]) -> np.ndarray:
@@ -268,20 +257,14 @@ def calibrate_subsampled_query_noise(
     lower = upper
     while epsilon_of(make_event(lower), delta=delta) <= epsilon:
         if lower <= _SMALLEST_MULTIPLIER:
-            floor = _round_up(make_event, _SMALLEST_MULTIPLIER, epsilon=epsilon, delta=delta, step=0.01)
+            floor = round_up_noise_multiplier(
+                make_event, _SMALLEST_MULTIPLIER, epsilon=epsilon, delta=delta, step=0.01
+            )
             return floor * sqrt2
         upper, lower = lower, max(lower / 2, _SMALLEST_MULTIPLIER)
     tol = _SUBSAMPLED_RELATIVE_TOL * lower
-    found = mechanism_calibration.calibrate_dp_mechanism(
-        make_accountant,
-        make_event,
-        epsilon,
-        delta,
-        bracket_interval=mechanism_calibration.ExplicitBracketInterval(lower, upper),
-        tol=tol,
-    )
-    z = _round_up(make_event, float(found) + tol, epsilon=epsilon, delta=delta, step=tol)
-    return z * sqrt2
+    bracket = mechanism_calibration.ExplicitBracketInterval(lower, upper)
+    return search_noise_multiplier(make_event, epsilon=epsilon, delta=delta, bracket=bracket, tol=tol) * sqrt2
 
 
 def _check_probability(value: float) -> float:
