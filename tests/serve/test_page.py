@@ -60,7 +60,10 @@ def embedded_server(tmp_path_factory):
     settings = BuildSettings(
         epsilon=1.0, delta=1e-5, l2_clip_norm=tuple(task["l2_clip_norm"]), shots_per_chunk=8, progress=False
     )
-    records = task_records(get_task("name_colour"), 512, seed=0, split="private")
+    # N = 2048 (m = 256), as the demo: at N = 512 the ε = 1 noise flipped this one query's answer
+    # now and then ('yes' for 'yellow'). At N = 2048 the demo's DP-MTV answered all 960 of its
+    # name_colour test queries (3 seeds × 5 ε ≥ 0.5) correctly: < 0.3% per query at 95%.
+    records = task_records(get_task("name_colour"), 2048, seed=0, split="private")
     heads = HeadSet.of(map(tuple, task["heads"]))
     path = build_task_vector(loaded, records, heads, settings, out=folder / "name_colour.safetensors").path
     image = task_records(get_task("name_colour"), 1, seed=7, split="test")[0]
