@@ -137,7 +137,7 @@ def workers(tmp: Path, options) -> dict:
 
     from dpmtv.build import plan_layout, reference_activations
     from dpmtv.data import load_records
-    from dpmtv.distributed import ChunkJob, LocalExecutor, ModelSource, RayExecutor
+    from dpmtv.distributed import ChunkJob, ClippedSum, LocalExecutor, ModelSource, RayExecutor
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
@@ -153,14 +153,15 @@ def workers(tmp: Path, options) -> dict:
         settings, max_prompt_tokens=resolve_max_prompt_tokens(loaded.adapter, None)
     )
     job = ChunkJob(heads, settings, reference_activations(loaded, heads, settings), layout.l2_clip_norms)
+    task = ClippedSum(job)
     part = layout.release_part
     out = {"model": "embedded", "chunks": part.num_chunks, "shots": shots}
     default_threads = torch.get_num_threads()
-    LocalExecutor().sum_clipped(loaded, records, part, job)  # warm-up
+    LocalExecutor().run(loaded, records, part, task)  # warm-up
     for threads in sorted({default_threads, 1}, reverse=True):
         torch.set_num_threads(threads)
         started = time.perf_counter()
-        LocalExecutor().sum_clipped(loaded, records, part, job)
+        LocalExecutor().run(loaded, records, part, task)
         out[f"local_torch_threads_{threads}_chunks_per_s"] = part.num_chunks / (time.perf_counter() - started)
     torch.set_num_threads(default_threads)
     # 3 logical CPUs: the 1-worker and the 2-worker pools stay up together, so their timed passes
@@ -174,14 +175,14 @@ def workers(tmp: Path, options) -> dict:
             for count in (1, 2)
         }
         for executor in pools.values():
-            executor.sum_clipped(loaded, records, part, job)  # warm-up: actors load the model
+            executor.run(loaded, records, part, task)  # warm-up: actors load the model
         runs = {1: [], 2: []}
         loads = []
         for _ in range(options.worker_repeats):
             for count, executor in pools.items():
                 loads.append(os.getloadavg()[0])
                 started = time.perf_counter()
-                executor.sum_clipped(loaded, records, part, job)
+                executor.run(loaded, records, part, task)
                 runs[count].append(part.num_chunks / (time.perf_counter() - started))
         for count, executor in pools.items():
             executor.close()

@@ -13,7 +13,7 @@ import torch
 from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.data import load_records
 from dpmtv.distributed import LocalExecutor
-from dpmtv.distributed.executor import ChunkJob
+from dpmtv.distributed.executor import ChunkJob, ClippedSum
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model, resolve_device
 from dpmtv.privacy.release import release_without_noise
@@ -34,7 +34,7 @@ def _clipped_sum(loaded, records) -> np.ndarray:
     layout = plan_layout(loaded, records, heads, SETTINGS)
     reference = reference_activations(loaded, heads, SETTINGS)
     job = ChunkJob(heads, SETTINGS, reference, layout.l2_clip_norms)
-    total = LocalExecutor().sum_clipped(loaded, records, layout.release_part, job)
+    total = LocalExecutor().run(loaded, records, layout.release_part, ClippedSum(job))
     num_chunks = layout.release_part.num_chunks
     layers = release_without_noise(total.mean(num_chunks=num_chunks), allow_non_private=True).layers
     assert all(values.dtype == np.float64 for values in layers.values())  # sums in float64

@@ -115,9 +115,9 @@ def build_task_vector(
     ``before_noise(event)`` is called once, just before the first noise draw (for a non-private
     build, just before the release), with the build's accounting event (e.g. a ledger charge);
     if it raises, no noise is drawn and nothing written. Its ``preview(event)``, if it has one,
-    runs right after planning, before any forward pass. ``executor`` sums the release chunks'
-    clipped vectors (default: this process; :class:`dpmtv.distributed.RayExecutor` on Ray
-    workers); noise is added here, once, either way.
+    runs right after planning, before any forward pass. ``executor`` computes the selection
+    chunks' votes and sums the release chunks' clipped vectors (default: this process;
+    :class:`dpmtv.distributed.RayExecutor` on Ray workers); noise is added here, once, either way.
     """
     geometry = loaded.adapter.geometry
     notes = _validate(settings, records, heads)
@@ -140,7 +140,9 @@ def build_task_vector(
     head_selection = settings.head_selection
     if heads is None:
         charge()
-        selection = _select_privately(loaded, records, layout.selection_part, settings, selection_plan)
+        selection = _select_privately(
+            loaded, records, layout.selection_part, settings, selection_plan, executor
+        )
         heads, head_selection = selection.heads, selection.to_metadata()
 
     reference = reference_activations(loaded, heads, settings)
@@ -378,7 +380,7 @@ def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
     return {"public_records": center, "public_images": query}
 
 
-def _select_privately(loaded, records, selection_part, settings, selection_plan):
+def _select_privately(loaded, records, selection_part, settings, selection_plan, executor):
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(
@@ -389,6 +391,7 @@ def _select_privately(loaded, records, selection_part, settings, selection_plan)
         max_prompt_tokens=settings.max_prompt_tokens,
         rng=rng,
         progress=settings.progress,
+        executor=executor,
     )
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dpmtv.cli import main
 from dpmtv.data.records import Record
-from dpmtv.distributed import PartialSum, check_coverage, split_batches
+from dpmtv.distributed import BatchResult, check_coverage, split_batches
 from dpmtv.errors import DistributedError
 from dpmtv.privacy import ClippedSumAccumulator, Partition
 
@@ -20,8 +20,8 @@ def _records(count: int) -> list[Record]:
     return [Record(f"r{i}", (), "q", "a") for i in range(count)]
 
 
-def _part(batch_id: int, chunk_ids: tuple[int, ...]) -> PartialSum:
-    return PartialSum(batch_id, chunk_ids, ClippedSumAccumulator({0: 2}))
+def _part(batch_id: int, chunk_ids: tuple[int, ...]) -> BatchResult:
+    return BatchResult(batch_id, chunk_ids, ClippedSumAccumulator({0: 2}))
 
 
 def test_batches_carry_chunk_contents_cut_to_shots_and_nothing_else():

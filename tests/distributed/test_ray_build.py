@@ -4,26 +4,26 @@ worker killed mid-build whose chunks are summed exactly once."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.cli import main
 from dpmtv.data import load_records
-from dpmtv.distributed import ChunkJob, LocalExecutor, ModelSource, RayExecutor, split_batches
-from dpmtv.distributed.batches import merge_in_batch_order
-from dpmtv.distributed.executor import sum_batch
-from dpmtv.distributed.ray_executor import ChunkWorker
+from dpmtv.distributed import ChunkJob, ClippedSum, LocalExecutor, ModelSource, RayExecutor, split_batches
 from dpmtv.heads import parse_head_spec
-from dpmtv.privacy.release import release_without_noise
 from dpmtv.vector import load_task_vector
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
+from tests.distributed._helpers import (
+    assert_close_relative,
+    dies_in_batch_one,
+    one_torch_thread,
+    summed_values,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,24 +46,12 @@ def records(tmp_path_factory):
     return load_records(write_records(tmp_path_factory.mktemp("ray-data"), 21, seed=3))
 
 
-def _job(loaded, records):
+def _task(loaded, records):
     heads = parse_head_spec("layers:0-1", loaded.adapter.geometry)
     layout = plan_layout(loaded, records, heads, SETTINGS)
     settings = dataclasses.replace(SETTINGS, max_prompt_tokens=4096)
     job = ChunkJob(heads, settings, reference_activations(loaded, heads, settings), layout.l2_clip_norms)
-    return layout.release_part, job
-
-
-def _values(accumulator, num_chunks: int) -> np.ndarray:
-    layers = release_without_noise(accumulator.mean(num_chunks=num_chunks), allow_non_private=True).layers
-    return np.concatenate([layers[layer] for layer in sorted(layers)]) * num_chunks  # the sum
-
-
-def assert_close_relative(actual, expected, *, rel: float) -> None:
-    """Equal up to ``rel`` of the largest magnitude compared (float32 forward passes in other
-    processes may take other kernel paths)."""
-    scale = max(float(np.abs(expected).max()), 1.0)
-    np.testing.assert_allclose(actual, expected, rtol=0, atol=rel * scale)
+    return layout.release_part, ClippedSum(job)
 
 
 def _executor(path, **options) -> RayExecutor:
@@ -71,62 +59,40 @@ def _executor(path, **options) -> RayExecutor:
 
 
 def test_distributed_sum_equals_the_local_sum(ray_cluster, tiny_llava, tiny_llava_path, records):
-    partition, job = _job(tiny_llava, records)
-    local = LocalExecutor().sum_clipped(tiny_llava, records, partition, job)
+    partition, task = _task(tiny_llava, records)
+    local = LocalExecutor().run(tiny_llava, records, partition, task)
     # the local sum in the distributed order: per batch, then batches in order
     batches = split_batches(records, partition, shots_per_chunk=3, chunks_per_batch=CHUNKS_PER_BATCH)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in a Ray actor with one CPU: the same kernel paths
-    try:
-        in_batch_order = merge_in_batch_order(
-            [_partial(b, sum_batch(tiny_llava, job, b)) for b in batches], job.layer_dims
+    with one_torch_thread():  # as in a Ray actor with one CPU: the same kernel paths
+        in_batch_order = task.combine(
+            [task.run(tiny_llava, *batch.as_partition(), progress=False) for batch in batches]
         )
-    finally:
-        torch.set_num_threads(threads)
     with _executor(tiny_llava_path) as executor:
-        distributed = executor.sum_clipped(tiny_llava, records, partition, job)
+        distributed = executor.run(tiny_llava, records, partition, task)
     assert distributed.num_rows == local.num_rows
-    expected_sum = _values(in_batch_order, partition.num_chunks)
-    got = _values(distributed, partition.num_chunks)
-    assert_close_relative(got, _values(local, partition.num_chunks), rel=FLOAT32_REL)
+    expected_sum = summed_values(in_batch_order, partition.num_chunks)
+    got = summed_values(distributed, partition.num_chunks)
+    assert_close_relative(got, summed_values(local, partition.num_chunks), rel=FLOAT32_REL)
     # fixed per-chunk shapes (one chunk per forward pass), one thread, the same summation order:
     # bitwise
     np.testing.assert_array_equal(got, expected_sum)
 
 
-def _partial(batch, accumulator):
-    from dpmtv.distributed import PartialSum
-
-    return PartialSum(batch.batch_id, batch.chunk_ids, accumulator)
-
-
-class DiesInItsFirstBatchOne(ChunkWorker):
-    """Kills its own process in the middle of batch 1, the first time only (a marker file
-    survives the restart)."""
-
-    marker: Path
-
-    def sum_chunks(self, job, batch):
-        if batch.batch_id == 1 and not self.marker.exists():
-            self.marker.touch()
-            os._exit(1)
-        return super().sum_chunks(job, batch)
-
-
 def test_a_worker_killed_mid_build_has_its_chunks_summed_exactly_once(
     ray_cluster, tiny_llava, tiny_llava_path, records, tmp_path
 ):
-    partition, job = _job(tiny_llava, records)
-    local = LocalExecutor().sum_clipped(tiny_llava, records, partition, job)
-    worker = type("Dies", (DiesInItsFirstBatchOne,), {"marker": tmp_path / "killed"})
-    with _executor(tiny_llava_path, worker_class=worker) as executor:
-        distributed = executor.sum_clipped(tiny_llava, records, partition, job)
+    partition, task = _task(tiny_llava, records)
+    local = LocalExecutor().run(tiny_llava, records, partition, task)
+    with _executor(tiny_llava_path, worker_class=dies_in_batch_one(tmp_path / "killed")) as executor:
+        distributed = executor.run(tiny_llava, records, partition, task)
         attempts = dict(executor.attempts)
     assert (tmp_path / "killed").exists()  # the worker did die
     assert attempts == {0: 1, 1: 2, 2: 1, 3: 1}  # batch 1 sent again, once; the others once
     assert distributed.num_rows == local.num_rows  # no chunk counted twice
     assert_close_relative(
-        _values(distributed, partition.num_chunks), _values(local, partition.num_chunks), rel=FLOAT32_REL
+        summed_values(distributed, partition.num_chunks),
+        summed_values(local, partition.num_chunks),
+        rel=FLOAT32_REL,
     )
 
 

@@ -26,7 +26,9 @@ means comes from the data. The audit reports ``ratio = ‖mean(D) − mean(D')�
 pair; a correct build has ``ratio <= 1`` always (it is a worst-case bound, not a statistical
 one, so one pair above 1 is a violation). Per-chunk clipped vectors are cached by chunk content
 (a chunk's vector is a function of its own records), so a neighbour costs only its changed
-chunks' forward passes. Nothing here is released: the means stay in memory.
+chunks' forward passes, which may run on Ray workers (``executor``, :mod:`dpmtv.distributed`:
+the build's extraction, per chunk, with the driver's coverage check). Nothing here is released:
+the means stay in memory.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from dpmtv.build import BuildSettings, iter_clipped_chunks, plan_layout, reference_activations
+from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.data.records import Record
+from dpmtv.distributed.executor import ChunkJob, ClippedRows, Executor, LocalExecutor
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
@@ -148,13 +151,14 @@ def audit_sensitivity(
     num_partitions: int = 20,
     neighbours_per_partition: int = 4,
     seed: int = 0,
+    executor: Executor | None = None,
 ) -> SensitivityAudit:
     """Measure ``‖mean(D) − mean(D')‖ / Δ`` over seeded partitions and neighbours (module doc).
 
     ``settings`` are the build's (unit, relation, ``m``, cap, clip norms, shots, query, centring);
     its seed, noise and privacy switches are replaced: the audit seeds partition ``p`` with
     ``seed + p`` and computes un-noised means only. Private head selection is not audited (give
-    the released ``heads``).
+    the released ``heads``). ``executor`` runs the chunks' forward passes (default: this process).
 
     Raises:
         ParameterError: private selection settings, ``num_partitions`` or
@@ -169,7 +173,7 @@ def audit_sensitivity(
         )
     if not records:
         raise RecordError("no records to audit")
-    means = _ChunkMeans(loaded, heads, settings)
+    means = _ChunkMeans(loaded, heads, settings, executor or LocalExecutor())
     pairs = []
     for index in range(num_partitions):
         partition_seed = seed + index
@@ -189,8 +193,8 @@ class _ChunkMeans:
     """Un-noised means through the build's layout and extraction, with clipped chunk vectors
     cached by chunk content (the identity of the chunk's records, in order)."""
 
-    def __init__(self, loaded: LoadedModel, heads: HeadSet, settings: BuildSettings):
-        self._loaded, self._heads, self._settings = loaded, heads, settings
+    def __init__(self, loaded: LoadedModel, heads: HeadSet, settings: BuildSettings, executor: Executor):
+        self._loaded, self._heads, self._settings, self._executor = loaded, heads, settings, executor
         self._reference = reference_activations(loaded, heads, settings)
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
         self._alive: list[Sequence[Record]] = []  # keeps ids in cache keys unique
@@ -215,14 +219,10 @@ class _ChunkMeans:
                 total += self._cache[key]
         return total / layout.release_part.num_chunks, layout.l2_sensitivity
 
-    def _extract(self, records, partition: Partition, clip_norms) -> list[np.ndarray]:
-        rows = []
-        for clipped in iter_clipped_chunks(
-            self._loaded, records, partition, self._heads, self._settings, self._reference, clip_norms
-        ):
-            batch = np.concatenate([clipped[layer] for layer in self._heads.layers], axis=1)  # (B, Σ k_l*d)
-            rows.extend(batch.astype(np.float64))
-        return rows
+    def _extract(self, records, partition: Partition, clip_norms) -> np.ndarray:
+        """(non-empty chunks, Σ k_l*d) float64: each chunk's clipped vector."""
+        task = ClippedRows(ChunkJob(self._heads, self._settings, self._reference, clip_norms))
+        return self._executor.run(self._loaded, records, partition, task, progress=self._settings.progress)
 
 
 def _neighbours(records: Sequence[Record], settings: BuildSettings, rng: np.random.Generator, count: int):

@@ -9,6 +9,8 @@ import click
 from rich.table import Table
 
 from dpmtv.cli._common import build_settings, console, err_console, float_list
+from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
+from dpmtv.errors import ParameterError
 
 _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 
@@ -97,6 +99,7 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     show_default=True,
     help="Model mode: simulated audits per σ fraction when reporting the canary's power at 10⁴ trials.",
 )
+@ray_options("each chunk's clipped vector (--sensitivity only)")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(**options):
     """Estimate ε_lower, a confident empirical lower bound on the release's privacy loss, and
@@ -107,6 +110,8 @@ def command(**options):
     if options["sensitivity"]:
         _sensitivity(options)
         return
+    if options["ray_address"] is not None:
+        raise ParameterError("--ray is for --sensitivity (its chunk forward passes): add --sensitivity")
     if options["model_path"] is None:
         points, settings = _synthetic(options)
         mode = "synthetic"
@@ -135,7 +140,6 @@ def command(**options):
 def _common(options) -> dict:
     from dpmtv.audit import MECHANISMS
     from dpmtv.audit.report import bonferroni_confidence
-    from dpmtv.errors import ParameterError
 
     if options["trials"] < 20:
         raise ParameterError(f"--trials must be >= 20, got {options['trials']}")
@@ -152,7 +156,6 @@ def _common(options) -> dict:
 def _synthetic(options):
     from dpmtv._progress import progress_bar
     from dpmtv.audit import audit_synthetic
-    from dpmtv.errors import ParameterError
 
     given = [name for name in ("data_path", "head_spec") if options[name] is not None]
     if given:
@@ -180,7 +183,6 @@ def _synthetic(options):
 def _model(options):
     from dpmtv.audit.model import audit_model, canary_power, model_chunk_vectors
     from dpmtv.data import load_records
-    from dpmtv.errors import ParameterError
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
     from dpmtv.privacy import parse_l2_clip_norms
@@ -234,13 +236,13 @@ def _model(options):
 def _sensitivity(options) -> None:
     from dpmtv.audit.sensitivity import audit_sensitivity
     from dpmtv.data import load_records
-    from dpmtv.errors import ParameterError
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
     missing = [name for name in ("model_path", *_MODEL_OPTIONS) if options[name] is None]
     if missing:
         raise ParameterError(f"--sensitivity needs --{missing[0].replace('_path', '').replace('_', '-')}")
+    check_ray_installed(options["ray_address"])
     records = load_records(options["data_path"])
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
     settings = build_settings(
@@ -248,15 +250,19 @@ def _sensitivity(options) -> None:
         epsilon=1.0,  # unused: the audit computes un-noised means
         l2_clip_norm=tuple(options["l2_clip_norm"]),
     )
-    audit = audit_sensitivity(
-        loaded,
-        records,
-        parse_head_spec(options["head_spec"], loaded.adapter.geometry),
-        settings,
-        num_partitions=options["partitions"],
-        neighbours_per_partition=options["neighbours"],
-        seed=options["seed"] or 0,
-    )
+    dtype, device = options["dtype"], options["device"]
+    ray = (options["ray_address"], options["workers"], options["gpus_per_worker"])
+    with ray_executor(*ray, loaded, dtype=dtype, device=device) as executor:
+        audit = audit_sensitivity(
+            loaded,
+            records,
+            parse_head_spec(options["head_spec"], loaded.adapter.geometry),
+            settings,
+            num_partitions=options["partitions"],
+            neighbours_per_partition=options["neighbours"],
+            seed=options["seed"] or 0,
+            executor=executor,
+        )
     paths = audit.write(options["out"])
     table = Table(title=f"sensitivity audit (per {audit.privacy_unit}, {audit.neighbouring_relation})")
     for column in ("change", "pairs", "worst ‖mean(D)−mean(D′)‖/Δ", "worst pair", "violations"):

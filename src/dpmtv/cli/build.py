@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import math
 import sqlite3
 from dataclasses import replace
@@ -25,6 +24,7 @@ from dpmtv.cli._common import (
     print_vector_summary,
     print_warning,
 )
+from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import LedgerError, ParameterError
 from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
@@ -222,27 +222,7 @@ from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
     is_flag=True,
     help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    help="Extract the chunks on Ray workers: 'auto' (this machine's Ray cluster, or a new local "
-    "one) or a cluster address. Workers get chunk contents only and return sums of clipped "
-    "vectors; noise is added once, here. Needs the ray extra: pip install 'dpmtv[ray]'.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="Ray workers (with --ray), each loading the model once.",
-)
-@click.option(
-    "--gpus-per-worker",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="GPUs each Ray worker reserves (with --ray and --device cuda); fractions share a GPU.",
-)
+@ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,
@@ -307,10 +287,7 @@ def command(
     if ledger is not None:  # refuse an unknown dataset, another relation or a spent budget now
         relation = relation_for_unit(privacy_unit, neighbouring_relation).value
         _check_ledger(*ledger, relation, privacy_unit, void_reason, timeout_s=ledger_timeout_s)
-    if ray_address is not None:  # before any work: a missing extra is one line with the install command
-        from dpmtv.distributed.ray_executor import import_ray
-
-        import_ray()
+    check_ray_installed(ray_address)
     records = load_records(data_path)
     check_not_an_input(out, _image_paths(records), "an image of a record")
     _check_public_inputs(records, heads_from, center, query, public_data)
@@ -337,7 +314,7 @@ def command(
         out, artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=center != "none")
     )
     charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
-    with _executor(ray_address, workers, gpus_per_worker, loaded, dtype, device) as executor:
+    with ray_executor(ray_address, workers, gpus_per_worker, loaded, dtype=dtype, device=device) as executor:
         try:
             result = build_task_vector(
                 loaded, records, heads, settings, out=out, before_noise=charge, executor=executor
@@ -395,26 +372,6 @@ def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -
             highlight=False,
         )
     return norms
-
-
-def _executor(ray_address, workers, gpus_per_worker, loaded, dtype, device):
-    """A Ray executor for ``--ray`` (closed after the build), else nothing: a local build."""
-    if ray_address is None:
-        if gpus_per_worker:
-            raise ParameterError("--gpus-per-worker needs --ray")
-        return contextlib.nullcontext(None)
-    from dpmtv.distributed import ModelSource, RayExecutor
-    from dpmtv.models.loading import current_remote_code_options
-
-    remote = current_remote_code_options()
-    source = ModelSource(
-        loaded.name_or_path,
-        dtype=dtype,
-        device=device,
-        adapter_spec=None if remote.adapter_spec is None else str(remote.adapter_spec),
-        trust_remote_code=remote.trust_remote_code,
-    )
-    return RayExecutor(source, workers=workers, address=ray_address, gpus_per_worker=gpus_per_worker)
 
 
 def _protected_paths(data_path, ledger) -> dict[str, Path]:

@@ -1,7 +1,9 @@
-"""Distributed extraction: a build's clipped chunk vectors summed on Ray workers.
+"""Distributed extraction: a build's clipped chunk vectors summed, the sensitivity audit's chunk
+vectors and private selection's chunk votes computed on Ray workers.
 
-Workers return sums of clipped vectors and the chunk ids they covered; the driver checks the
-ids, adds the sums, and the build adds noise once (``docs/design.md``, "Distributed builds").
+Workers return their batch's result (a sum, vectors, votes) and the chunk ids they covered; the
+driver checks the ids, combines the results, and adds noise once (``docs/design.md``,
+"Distributed builds").
 :class:`RayExecutor` needs the ``ray`` extra (``pip install 'dpmtv[ray]'``); it is imported on
 first use, so this package does not import Ray.
 """
@@ -10,15 +12,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpmtv.distributed.batches import ChunkBatch, PartialSum, check_coverage, split_batches
-from dpmtv.distributed.executor import ChunkJob, LocalExecutor, ModelSource, sum_clipped_chunks
+from dpmtv.distributed.batches import BatchResult, ChunkBatch, check_coverage, split_batches
+from dpmtv.distributed.executor import (
+    ChunkJob,
+    ChunkTask,
+    ClippedRows,
+    ClippedSum,
+    Executor,
+    LocalExecutor,
+    ModelSource,
+    sum_clipped_chunks,
+)
 
 __all__ = [
+    "BatchResult",
     "ChunkBatch",
     "ChunkJob",
+    "ChunkTask",
+    "ClippedRows",
+    "ClippedSum",
+    "Executor",
     "LocalExecutor",
     "ModelSource",
-    "PartialSum",
     "RayExecutor",
     "check_coverage",
     "split_batches",

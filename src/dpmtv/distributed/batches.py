@@ -4,21 +4,23 @@ check that the workers covered every chunk exactly once.
 A worker receives a :class:`ChunkBatch`: chunk ids (positions in the build's partition, public:
 ``0..m-1``) and each chunk's records, already cut to ``shots_per_chunk``. It never sees the
 partition key, the other chunks, the unused records or any record index. It returns a
-:class:`PartialSum`: the sum of its chunks' clipped vectors and the ids it covered.
+:class:`BatchResult`: its task's result for those chunks (a sum of clipped vectors, per-chunk
+vectors or votes) and the ids it covered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import DistributedError, ParameterError
-from dpmtv.privacy import ClippedSumAccumulator, Partition
+from dpmtv.privacy import Partition
 
-__all__ = ["ChunkBatch", "PartialSum", "check_coverage", "merge_in_batch_order", "split_batches"]
+__all__ = ["BatchResult", "ChunkBatch", "check_coverage", "chunks_as_partition", "split_batches"]
 
 
 @dataclass(frozen=True)
@@ -32,22 +34,27 @@ class ChunkBatch:
 
     def as_partition(self) -> tuple[list[Record], Partition]:
         """The batch as the build's extraction takes it: a record list and a partition of it."""
-        records: list[Record] = []
-        chunks = []
-        for chunk in self.chunks:
-            chunks.append(np.arange(len(records), len(records) + len(chunk), dtype=np.int64))
-            records.extend(chunk)
-        return records, Partition(chunks=tuple(chunks), num_unused=0)
+        return chunks_as_partition(self.chunks)
+
+
+def chunks_as_partition(chunks: Sequence[Sequence[Record]]) -> tuple[list[Record], Partition]:
+    """Chunks given as record lists → one record list and the partition of it into those chunks."""
+    records: list[Record] = []
+    parts = []
+    for chunk in chunks:
+        parts.append(np.arange(len(records), len(records) + len(chunk), dtype=np.int64))
+        records.extend(chunk)
+    return records, Partition(chunks=tuple(parts), num_unused=0)
 
 
 @dataclass
-class PartialSum:
-    """A worker's answer for one batch: the sum of its chunks' clipped vectors (un-noised: it
-    lives in the driver's memory until merged, never written) and the chunk ids it covers."""
+class BatchResult:
+    """A worker's answer for one batch: its task's result for those chunks (private and un-noised:
+    it lives in the driver's memory until combined, never written) and the chunk ids it covers."""
 
     batch_id: int
     chunk_ids: tuple[int, ...]
-    accumulator: ClippedSumAccumulator
+    value: Any
 
 
 def split_batches(
@@ -64,12 +71,12 @@ def split_batches(
     return batches
 
 
-def check_coverage(parts: Iterable[PartialSum], *, num_chunks: int) -> None:
-    """Every chunk id ``0..m-1`` covered by exactly one partial sum.
+def check_coverage(parts: Iterable[BatchResult], *, num_chunks: int) -> None:
+    """Every chunk id ``0..m-1`` covered by exactly one batch result.
 
-    A chunk summed twice (a retried batch whose first answer also arrived) would weigh its
-    records twice and break the sensitivity bound; a chunk missing would bias the mean. Either
-    stops the build before its charge and its noise.
+    A chunk counted twice (a retried batch whose first answer also arrived) would weigh its
+    records twice (twice its vector in the sum, two votes) and break the sensitivity bound; a
+    chunk missing would bias the mean. Either stops the work before its charge and its noise.
     """
     seen: dict[int, int] = {}
     for part in parts:
@@ -77,7 +84,7 @@ def check_coverage(parts: Iterable[PartialSum], *, num_chunks: int) -> None:
             if chunk_id in seen:
                 raise DistributedError(
                     f"chunk {chunk_id} was returned by batch {seen[chunk_id]} and again by batch "
-                    f"{part.batch_id}; a chunk must be summed exactly once"
+                    f"{part.batch_id}; a chunk must be counted exactly once"
                 )
             seen[chunk_id] = part.batch_id
     missing = sorted(set(range(num_chunks)) - set(seen))
@@ -87,12 +94,3 @@ def check_coverage(parts: Iterable[PartialSum], *, num_chunks: int) -> None:
             f"the workers' chunk ids are not the build's 0..{num_chunks - 1}: missing {missing[:10]}, "
             f"unknown {extra[:10]}"
         )
-
-
-def merge_in_batch_order(parts: Sequence[PartialSum], layer_dims: dict[int, int]) -> ClippedSumAccumulator:
-    """One accumulator of all partial sums, added in batch order so that the result does not
-    depend on which worker finished first (float addition is not associative)."""
-    total = ClippedSumAccumulator(layer_dims)
-    for part in sorted(parts, key=lambda p: p.batch_id):
-        total.merge(part.accumulator)
-    return total

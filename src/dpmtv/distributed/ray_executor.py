@@ -1,19 +1,23 @@
-"""Distributed extraction on Ray: actors that load the model once and sum batches of chunks.
+"""Distributed chunk work on Ray: actors that load the model once and run a
+:class:`~dpmtv.distributed.executor.ChunkTask` (the build's clipped sum, the audit's per-chunk
+vectors, private selection's votes) on batches of chunks.
 
 The driver (this process) keeps the partition and its key; it sends each actor batches of chunk
 contents (:class:`~dpmtv.distributed.batches.ChunkBatch`), at most one batch in flight per
-actor, so faster workers take more batches. An actor returns the sum of its batch's clipped
-vectors and the chunk ids covered. When an actor dies (node lost, process killed, out of
-memory), Ray restarts it (the model is loaded again) and the driver sends the lost batch again;
-a batch's sum is kept only from the attempt that answered, and the driver checks that the
-answers cover every chunk id exactly once before adding them up in batch order. Noise is never
-drawn here: the build adds it once, on the driver, to the mean of this sum.
+actor, so faster workers take more batches. An actor returns the task's result for its batch and
+the chunk ids covered. When an actor dies (node lost, process killed, out of memory), Ray
+restarts it (the model is loaded again) and the driver sends the lost batch again; a batch's
+result is kept only from the attempt that answered, and the driver checks that the answers cover
+every chunk id exactly once before combining them in batch order. Noise is never drawn here: the
+build adds it once, on the driver, to the mean of the sum; selection noises the histogram of the
+votes, on the driver.
 
 Ray's own task retries are off (``max_task_retries=0``) so that every resend is the driver's,
-counted in :attr:`RayExecutor.attempts`. Each partial sum is small (the selected heads' width,
-float64) and is dropped as soon as it is merged; it travels in Ray's memory (objects under Ray's
-inline limit, 100 KiB by default, never reach the shared object store, which may spill to disk
-under memory pressure — keep the released head set moderate or the object store roomy).
+counted in :attr:`RayExecutor.attempts`. A batch's result is small (a sum: the selected heads'
+width, float64; votes: a few ids per chunk) and is dropped as soon as it is combined; it travels
+in Ray's memory (objects under Ray's inline limit, 100 KiB by default, never reach the shared
+object store, which may spill to disk under memory pressure — keep the released head set and
+``chunks_per_batch`` moderate, or the object store roomy, for the audit's per-chunk vectors).
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ from collections import Counter, deque
 from typing import Any
 
 from dpmtv._progress import progress_bar
-from dpmtv.distributed.batches import PartialSum, check_coverage, merge_in_batch_order, split_batches
-from dpmtv.distributed.executor import ChunkJob, ModelSource, sum_batch
+from dpmtv.distributed.batches import BatchResult, check_coverage, split_batches
+from dpmtv.distributed.executor import ChunkTask, ModelSource
 from dpmtv.errors import DistributedError, DpmtvError, ParameterError
-from dpmtv.privacy import ClippedSumAccumulator
 
 __all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
 
@@ -43,7 +46,7 @@ def import_ray():
 
 
 class ChunkWorker:
-    """A Ray actor's code: load the model once, then sum the batches sent to it."""
+    """A Ray actor's code: load the model once, then run the tasks' batches sent to it."""
 
     def __init__(self, source: ModelSource):
         self._loaded = source.load()
@@ -53,12 +56,15 @@ class ChunkWorker:
 
         return model_identity(self._loaded.adapter, self._loaded.name_or_path)
 
-    def sum_chunks(self, job: ChunkJob, batch) -> PartialSum:
-        return PartialSum(batch.batch_id, batch.chunk_ids, sum_batch(self._loaded, job, batch))
+    def run(self, task: ChunkTask, batch) -> BatchResult:
+        records, partition = batch.as_partition()
+        value = task.run(self._loaded, records, partition, progress=False)
+        return BatchResult(batch.batch_id, batch.chunk_ids, value)
 
 
 class RayExecutor:
-    """Sums clipped chunk vectors on ``workers`` Ray actors (use as a context manager).
+    """Runs chunk tasks on ``workers`` Ray actors (use as a context manager; the actors stay up
+    between tasks, so a build's private selection and release share them).
 
     ``address``: "auto" joins the Ray cluster this machine knows (``RAY_ADDRESS`` or one started
     with ``ray start``) or starts a local one; anything else is a cluster address. A Ray that is
@@ -92,7 +98,7 @@ class RayExecutor:
         self.actors: list[Any] = []
         self._started_ray = False
         self._identity: dict[str, Any] = {}
-        self.attempts: Counter[int] = Counter()  # batch id -> times sent (last sum_clipped)
+        self.attempts: Counter[int] = Counter()  # batch id -> times sent (last run)
 
     def __enter__(self) -> RayExecutor:
         return self
@@ -109,35 +115,32 @@ class RayExecutor:
             self._ray.shutdown()
             self._started_ray = False
 
-    def sum_clipped(self, loaded, records, partition, job: ChunkJob) -> ClippedSumAccumulator:
-        """The sum of every chunk's clipped vector (module docstring for how)."""
+    def run(self, loaded, records, partition, task: ChunkTask, *, progress: bool = False):
+        """``task``'s result for every chunk (module docstring for how)."""
         self._start(loaded)
         batches = split_batches(
-            records,
-            partition,
-            shots_per_chunk=job.settings.shots_per_chunk,
-            chunks_per_batch=self.chunks_per_batch,
+            records, partition, shots_per_chunk=task.shots_per_chunk, chunks_per_batch=self.chunks_per_batch
         )
-        job_ref = self._ray.put(job)  # sent once, shared by every call
+        task_ref = self._ray.put(task)  # sent once, shared by every batch
         self.attempts = Counter()
-        description = f"extracting chunks on {self.workers} workers"
-        with progress_bar(description, partition.num_chunks, enabled=job.settings.progress) as advance:
-            parts = self._run(batches, job_ref, advance)
+        description = f"{task.description} on {self.workers} workers"
+        with progress_bar(description, partition.num_chunks, enabled=progress) as advance:
+            parts = self._run(batches, task_ref, advance)
         check_coverage(parts, num_chunks=partition.num_chunks)
-        return merge_in_batch_order(parts, job.layer_dims)
+        return task.combine([part.value for part in sorted(parts, key=lambda part: part.batch_id)])
 
-    def _run(self, batches, job_ref, advance) -> list[PartialSum]:
+    def _run(self, batches, task_ref, advance) -> list[BatchResult]:
         """Send each batch to an idle actor; resend a batch whose actor died, to the first actor
         idle again (a dead one is restarted by Ray and probed before it gets work); keep one
         answer per batch."""
         ray = self._ray
         pending, idle, in_flight = deque(batches), list(self.actors), {}
-        answers: dict[int, PartialSum] = {}
+        answers: dict[int, BatchResult] = {}
         while pending or any(batch is not None for batch, _ in in_flight.values()):
             while pending and idle:
                 batch, actor = pending.popleft(), idle.pop()
                 self.attempts[batch.batch_id] += 1
-                in_flight[actor.sum_chunks.remote(job_ref, batch)] = (batch, actor)
+                in_flight[actor.run.remote(task_ref, batch)] = (batch, actor)
             (ready,), _ = ray.wait(list(in_flight), num_returns=1)
             batch, actor = in_flight.pop(ready)
             if batch is None:  # a restart probe: the actor is back, or still restarting
@@ -175,8 +178,8 @@ class RayExecutor:
         _check_same_model(self._identity, [identity])
         return True
 
-    def _answer(self, ref, batch) -> PartialSum | None:
-        """The batch's partial sum, or None when its worker died (and it may be sent again)."""
+    def _answer(self, ref, batch) -> BatchResult | None:
+        """The batch's result, or None when its worker died (and it may be sent again)."""
         exceptions = self._ray.exceptions
         try:
             return self._ray.get(ref)

@@ -20,7 +20,10 @@ the histogram's sensitivity bound needs (``L∞ = 1`` per head, ``L1 <= 2k'``; d
 change which heads win by much and is irrelevant for privacy here. :func:`head_vote_counts` checks
 the vote structure in code.
 
-The histogram never leaves :func:`select_private`; only the noisy top-k does.
+The histogram never leaves :func:`select_private`; only the noisy top-k does. The votes may be
+computed on Ray workers (``executor``, :mod:`dpmtv.distributed`): a worker gets some chunks'
+records and returns their votes; the driver checks that every chunk voted exactly once and
+checks each vote's structure before counting it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +40,8 @@ import torch
 from dpmtv._progress import progress_bar
 from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
+from dpmtv.distributed.batches import chunks_as_partition
+from dpmtv.distributed.executor import Executor, LocalExecutor
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
@@ -47,7 +54,7 @@ from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
 from dpmtv.selection.result import SelectionResult
 
-__all__ = ["chunk_votes", "select_private"]
+__all__ = ["HeadVotes", "chunk_votes", "select_private"]
 
 
 def chunk_votes(
@@ -58,16 +65,46 @@ def chunk_votes(
     pool: HeadSet | None = None,
     max_prompt_tokens: int | None = None,
     progress: bool = True,
+    executor: Executor | None = None,
 ) -> list[tuple[int, ...]]:
-    """One vote tuple per chunk: flat head ids ``layer·H + head`` (module docstring).
+    """One vote tuple per chunk: flat head ids ``layer·H + head`` (module docstring), computed by
+    ``executor`` (default: this process).
 
     Chunks with fewer than two records (no demonstration), or whose query alone exceeds
     ``max_prompt_tokens`` (:mod:`dpmtv.prompt_budget`), cast no vote.
     """
-    geometry = loaded.adapter.geometry
-    pool_mask = mask_of(pool or all_heads(geometry), geometry)  # (L, H) bool
-    scores = chunk_head_scores(loaded, chunks, max_prompt_tokens=max_prompt_tokens, progress=progress)
-    return [() if s is None else _top_positive(s, pool_mask, max_votes_per_chunk) for s in scores]
+    records, partition = chunks_as_partition(chunks)
+    task = HeadVotes(
+        max_votes_per_chunk=max_votes_per_chunk,
+        pool=pool,
+        max_prompt_tokens=max_prompt_tokens,
+        shots_per_chunk=max((len(chunk) for chunk in chunks), default=0),
+    )
+    return (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
+
+
+@dataclass(frozen=True)
+class HeadVotes:
+    """The chunk task of private selection (:class:`dpmtv.distributed.ChunkTask`): each chunk's
+    vote, in chunk order."""
+
+    max_votes_per_chunk: int
+    pool: HeadSet | None
+    max_prompt_tokens: int | None
+    shots_per_chunk: int
+    description: ClassVar[str] = "private head votes"
+
+    def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
+        geometry = loaded.adapter.geometry
+        pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
+        chunks = [[records[int(i)] for i in chunk] for chunk in partition.chunks]
+        scores = chunk_head_scores(
+            loaded, chunks, max_prompt_tokens=self.max_prompt_tokens, progress=progress
+        )
+        return [() if s is None else _top_positive(s, pool_mask, self.max_votes_per_chunk) for s in scores]
+
+    def combine(self, results: list[list[tuple[int, ...]]]) -> list[tuple[int, ...]]:
+        return [vote for votes in results for vote in votes]
 
 
 def chunk_head_scores(
@@ -127,12 +164,14 @@ def select_private(
     max_prompt_tokens: int | None = None,
     rng: np.random.Generator | None = None,
     progress: bool = True,
+    executor: Executor | None = None,
 ) -> SelectionResult:
     """Votes of ``chunks`` → histogram → ``noisy_top_k(k, ε_sel)`` → the selected heads.
 
     ``chunks`` are the build's chunks (record lists, each cut to ``shots_per_chunk``), all of them
     (sequential composition) or the selection half (:func:`dpmtv.privacy.noisy_top_k.parallel_halves`).
     ``rng`` switches to seeded numpy Gumbel noise: INSECURE, for tests and experiments only.
+    ``executor`` computes the votes (default: this process); the noise is drawn here.
     """
     started = time.perf_counter()
     geometry = loaded.adapter.geometry
@@ -144,6 +183,7 @@ def select_private(
         pool=pool,
         max_prompt_tokens=max_prompt_tokens,
         progress=progress,
+        executor=executor,
     )
     counts = head_vote_counts(
         votes, num_candidates=pool_mask.numel(), max_votes_per_chunk=plan.max_votes_per_chunk
