@@ -56,3 +56,47 @@ def test_auto_device_is_the_gpu_only_when_torch_sees_one(tiny_llava_path):
     loaded = load_model(tiny_llava_path, device="auto")
     assert next(loaded.model.parameters()).device.type == expected
     assert dataclasses.is_dataclass(loaded)
+
+
+def test_device_map_dispatch_extracts_and_patches_like_a_plain_load(tiny_llava_path, tmp_path):
+    """A model placed by a device map (accelerate's dispatch: hooks that move each module's inputs
+    and weights to its device) extracts the same clipped sums and answers the same with the vector
+    patched in. No GPU here, so the second device is accelerate's disk offload: the vision tower's,
+    the embeddings' and layer 1's weights are loaded on the fly by accelerate's hooks (around the
+    o_proj hooks of dpmtv), and the inputs go where accelerate runs the embeddings."""
+    pytest.importorskip("accelerate")
+    from accelerate import dispatch_model
+
+    from dpmtv.build import build_task_vector
+    from dpmtv.inference import apply
+
+    records = load_records(write_records(tmp_path, 12))
+    plain, mapped = load_model(tiny_llava_path), load_model(tiny_llava_path, device="map:auto")
+    assert next(mapped.model.parameters()).device.type == "cpu"  # map:auto on a CPU-only machine
+    modules = ["model.vision_tower", "model.multi_modal_projector", "model.language_model.embed_tokens",
+               "model.language_model.layers.0", "model.language_model.layers.1",
+               "model.language_model.norm", "model.language_model.rotary_emb", "lm_head"]  # fmt: skip
+    offloaded = ("model.vision_tower", "model.language_model.embed_tokens", "model.language_model.layers.1")
+    device_map = {name: "disk" if name in offloaded else "cpu" for name in modules}
+    dispatch_model(mapped.model, device_map=device_map, offload_dir=str(tmp_path / "offload"))
+    assert mapped.adapter.o_projs[1].weight.device.type == "meta"  # offloaded: accelerate loads it
+    assert next(mapped.model.parameters()).device.type == "meta"
+    assert mapped.adapter.input_device == torch.device("cpu")  # where accelerate runs the embeddings
+    full = _clipped_sum(plain, records)
+    np.testing.assert_allclose(_clipped_sum(mapped, records), full, rtol=0, atol=1e-5 * np.abs(full).max())
+
+    heads = parse_head_spec("layers:0-1", plain.adapter.geometry)
+    vector = build_task_vector(plain, records, heads, dataclasses.replace(SETTINGS, epsilon=8.0)).vector
+    inputs = plain.adapter.encode([_zero_shot(records[0])])
+    logits = {}
+    for name, loaded in (("plain", plain), ("mapped", mapped)):
+        with apply(loaded, vector), torch.no_grad():
+            logits[name] = loaded.model(**inputs).logits[0, -1]
+    scale = float(logits["plain"].abs().max())
+    torch.testing.assert_close(logits["mapped"], logits["plain"], rtol=0, atol=1e-5 * scale)
+
+
+def _zero_shot(record):
+    from dpmtv.prompts import Example, zero_shot
+
+    return zero_shot(Example(record.load_images(), record.question))

@@ -145,8 +145,9 @@ def blend_heads_per_row(
             if hidden.shape[0] != masks.shape[0]:
                 raise HeadSpecError(f"batch of {hidden.shape[0]} rows but masks for {masks.shape[0]}")
             own = hidden[:, -1].reshape(hidden.shape[0], geometry.num_heads, geometry.head_dim)
-            mask = masks[:, layer, :, None].to(hidden.dtype)  # (B, H, 1)
-            last = own + mask * (value.to(hidden.dtype) - own)  # (B, H, d)
+            # a device map may run this layer on another device than the masks and values
+            mask = masks[:, layer, :, None].to(hidden.device, hidden.dtype)  # (B, H, 1)
+            last = own + mask * (value.to(hidden.device, hidden.dtype) - own)  # (B, H, d)
             patched = torch.cat([hidden[:, :-1], last.reshape(hidden.shape[0], 1, -1)], dim=1)
             return (patched, *args[1:])
 

@@ -90,7 +90,7 @@ def model_options(function):
         show_default=True,
         help="torch device: cpu, cuda, cuda:N, auto (the GPU if torch sees one, else the CPU), or "
         "map:auto / map:balanced to spread a large model over the GPUs (transformers' device_map; "
-        "needs accelerate). Clipping, sums and noise always run in float64 on the CPU.",
+        "needs the device-map extra). Clipping, sums and noise always run in float64 on the CPU.",
     )(function)
     function = click.option(
         "--dtype",

@@ -92,6 +92,23 @@ class ModelAdapter:
                 )
         return o_projs
 
+    @property
+    def input_device(self) -> torch.device:
+        """Where the model takes its inputs: its input embeddings' device — with a device map, the
+        device accelerate runs them on (their weights may be offloaded, i.e. on "meta")."""
+        import torch
+
+        model = self.model
+        try:
+            embeddings = model.get_input_embeddings()
+        except (AttributeError, NotImplementedError):  # remote code without the accessor
+            embeddings = None
+        hook = getattr(embeddings, "_hf_hook", None)
+        if getattr(hook, "execution_device", None) is not None:
+            return torch.device(hook.execution_device)
+        parameters = [*(embeddings.parameters() if embeddings is not None else ()), *model.parameters()]
+        return next((p.device for p in parameters if p.device.type != "meta"), torch.device("cpu"))
+
     # ---- prompts --------------------------------------------------------------------------
     @property
     def tokenizer(self) -> Any:
@@ -127,8 +144,7 @@ class ModelAdapter:
         if any(prompt.all_images() for prompt in prompts):
             kwargs["images"] = self.processor_images(prompts)
         batch = self.processor(**kwargs)
-        device = next(self.model.parameters()).device
-        return {key: value.to(device) for key, value in batch.items()}
+        return {key: value.to(self.input_device) for key, value in batch.items()}
 
     @property
     def eos_token_ids(self) -> list[int]:

@@ -40,9 +40,22 @@ def attention_weights_sha256(adapter: ModelAdapter) -> str:
 
     digest = hashlib.sha256()
     for o_proj in adapter.o_projs:
-        weight = o_proj.weight.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()
+        weight = _weight_on_cpu(o_proj).to(dtype=torch.bfloat16).contiguous()
         digest.update(weight.view(torch.int16).numpy().tobytes())
     return digest.hexdigest()
+
+
+def _weight_on_cpu(linear):
+    """The layer's weight on the CPU, also when a device map offloaded it (accelerate keeps it on
+    disk or in CPU memory and leaves a meta tensor in the module; its hook loads it)."""
+    import torch
+
+    if linear.weight.device.type != "meta":
+        return linear.weight.detach().to("cpu")
+    from accelerate.utils import align_module_device
+
+    with align_module_device(linear, torch.device("cpu")):
+        return linear.weight.detach().to("cpu").clone()
 
 
 def model_identity(adapter: ModelAdapter, name_or_path: str) -> dict[str, Any]:

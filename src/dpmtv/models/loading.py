@@ -94,7 +94,9 @@ def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs)
         model = model_cls.from_pretrained(path, dtype=parse_dtype(dtype), **placement, **kwargs)
     except ImportError as exc:
         if placement:
-            raise ModelError(f"--device {device} needs accelerate: pip install accelerate ({exc})") from None
+            raise ModelError(
+                f"--device {device} needs accelerate: pip install 'dpmtv[device-map]' ({exc})"
+            ) from None
         raise
     return (model if move_to is None else model.to(move_to)).eval()
 

@@ -53,7 +53,7 @@ class MaskScorer:
         use_cache: bool = True,
     ) -> None:
         self.adapter = adapter
-        self.device = next(adapter.model.parameters()).device
+        self.device = adapter.input_device
         self.values = {layer: values[layer].to(self.device) for layer in range(values.shape[0])}
         self.row_batch = row_batch
         self.cache_argument = cache_argument(adapter.model)
@@ -172,7 +172,7 @@ def attribution_scores(
     one per query (a chunk's own activations in private voting).
     """
     geometry = adapter.geometry
-    device = next(adapter.model.parameters()).device
+    device = adapter.input_device
     out = []
     for start, batch in zip(range(0, len(queries), batch_size), iter_batches(list(queries), batch_size)):
         rows = values if values.ndim == 3 else values[start : start + len(batch)]

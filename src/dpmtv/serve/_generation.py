@@ -76,7 +76,7 @@ def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):
         return nullcontext()
     adapter = served.loaded.adapter
     geometry = adapter.geometry
-    device = next(adapter.model.parameters()).device
+    device = adapter.input_device
     layers = sorted({layer for vector in vectors if vector is not None for layer in vector.values})
     zeros = torch.zeros(geometry.num_heads, geometry.head_dim, device=device)
     values = {

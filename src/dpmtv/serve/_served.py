@@ -103,7 +103,7 @@ def _load_vector(name: str, path: Path, loaded: LoadedModel, identity: dict[str,
     except ArtifactError as exc:
         raise type(exc)(f"vector '{name}' refused: {exc}") from exc
     geometry = loaded.adapter.geometry
-    device = next(loaded.model.parameters()).device
+    device = loaded.adapter.input_device
     values: dict[int, torch.Tensor] = {}
     mask = torch.zeros(geometry.num_layers, geometry.num_heads)
     for (layer, head), value in zip(vector.heads.pairs, vector.values, strict=True):
