@@ -89,17 +89,29 @@ def overwrite_heads(
     *,
     mode: PatchMode = PatchMode.EVERY_CALL,
 ) -> Iterator[None]:
-    """Overwrite the given heads' o_proj inputs at the last position with fixed values."""
-    geometry = adapter.geometry
+    """Overwrite the given heads' o_proj inputs at the last position with fixed values.
+
+    The hook runs on every forward call (every generated token), so it does one copy and one
+    indexed write: the heads' columns in the flat ``H*d`` row are computed once, and the values
+    are converted to the activations' dtype and device once per (dtype, device).
+    """
+    head_dim = adapter.geometry.head_dim
 
     def make_hook(patch: LayerPatch):
+        columns = (patch.heads[:, None] * head_dim + torch.arange(head_dim)).reshape(-1)  # (k*d,)
+        flat = patch.values.reshape(-1)  # (k*d,), in the order of ``columns``
+        placed: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
         def hook(module, args):
             hidden = args[0]  # (B, T, H*d)
             if mode is PatchMode.PREFILL_ONLY and hidden.shape[1] == 1:
                 return None
-            patched = hidden.clone()
-            view = patched.view(*hidden.shape[:2], geometry.num_heads, geometry.head_dim)
-            view[:, -1, patch.heads, :] = patch.values.to(dtype=hidden.dtype, device=hidden.device)
+            key = (hidden.dtype, hidden.device)
+            if key not in placed:
+                placed[key] = (columns.to(hidden.device), flat.to(dtype=hidden.dtype, device=hidden.device))
+            where, values = placed[key]
+            patched = hidden.clone()  # not in place: autograd or the caller may hold the input
+            patched[:, -1].index_copy_(-1, where, values.expand(hidden.shape[0], -1))
             return (patched, *args[1:])
 
         return hook
