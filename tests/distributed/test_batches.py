@@ -14,6 +14,7 @@ from dpmtv.data.records import Record
 from dpmtv.distributed import BatchResult, check_coverage, split_batches
 from dpmtv.errors import DistributedError
 from dpmtv.privacy import ClippedSumAccumulator, Partition
+from dpmtv.privacy.partition import SparseChunks
 
 
 def _records(count: int) -> list[Record]:
@@ -24,29 +25,38 @@ def _part(batch_id: int, chunk_ids: tuple[int, ...]) -> BatchResult:
     return BatchResult(batch_id, chunk_ids, ClippedSumAccumulator({0: 2}))
 
 
-def test_batches_carry_chunk_contents_cut_to_shots_and_nothing_else():
+def test_batches_carry_nonempty_chunk_contents_cut_to_shots_and_nothing_else():
     records = _records(10)
+    empty = np.array([], np.int64)
     partition = Partition(
-        chunks=(np.array([7, 2, 9]), np.array([], np.int64), np.array([4, 0, 1])), num_unused=3
+        chunks=(np.array([7, 2, 9]), empty, np.array([4, 0, 1]), np.array([5]), empty), num_unused=2
     )
     batches = split_batches(records, partition, shots_per_chunk=2, chunks_per_batch=2)
-    assert [b.chunk_ids for b in batches] == [(0, 1), (2,)]
+    assert [b.chunk_ids for b in batches] == [(0, 2), (3,)]  # empty chunks are never sent
     assert [[r.record_id for r in chunk] for b in batches for chunk in b.chunks] == [
         ["r7", "r2"],
-        [],
         ["r4", "r0"],
+        ["r5"],
     ]
     sent = {r.record_id for b in batches for chunk in b.chunks for r in chunk}
-    assert sent == {"r7", "r2", "r4", "r0"}  # unused records and cut shots never leave the driver
+    assert sent == {"r7", "r2", "r4", "r0", "r5"}  # unused records and cut shots never leave
     worker_records, worker_partition = batches[0].as_partition()
     assert [[worker_records[int(i)].record_id for i in c] for c in worker_partition.chunks] == [
         ["r7", "r2"],
-        [],
+        ["r4", "r0"],
     ]
 
 
+def test_a_huge_sparse_m_gives_batches_of_its_nonempty_chunks_only():
+    chunks = SparseChunks({3: np.array([0, 1]), 99_999_998: np.array([2])}, num_chunks=100_000_000)
+    batches = split_batches(
+        _records(3), Partition(chunks, num_unused=0), shots_per_chunk=2, chunks_per_batch=4
+    )
+    assert [b.chunk_ids for b in batches] == [(3, 99_999_998)]
+
+
 def test_coverage_accepts_each_chunk_exactly_once():
-    check_coverage([_part(1, (2, 3)), _part(0, (0, 1))], num_chunks=4)
+    check_coverage([_part(1, (2, 5)), _part(0, (0, 1))], chunk_ids=[0, 1, 2, 5])
 
 
 @pytest.mark.parametrize(
@@ -59,7 +69,7 @@ def test_coverage_accepts_each_chunk_exactly_once():
 )
 def test_coverage_refuses_duplicates_gaps_and_unknown_ids(parts):
     with pytest.raises(DistributedError):
-        check_coverage(parts, num_chunks=3)
+        check_coverage(parts, chunk_ids=[0, 1, 2])
 
 
 def test_ray_option_without_ray_prints_the_install_line(monkeypatch, tmp_path):

@@ -142,3 +142,27 @@ def test_ray_cli_build_has_the_local_artifact_and_metadata_plus_workers(
     assert_close_relative(
         load_task_vector(tmp_path / "ray.safetensors").values, local_values, rel=FLOAT32_REL
     )
+
+
+def test_a_huge_public_m_sends_only_the_nonempty_chunks(ray_cluster, tiny_llava, tiny_llava_path, records):
+    """``--num-chunks 100000000`` with 21 records: the workers get the non-empty chunks only (as a
+    local build visits only those), and the sum is the local one."""
+    huge = dataclasses.replace(SETTINGS, num_chunks=100_000_000)
+    heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+    layout = plan_layout(tiny_llava, records, heads, huge)
+    settings = dataclasses.replace(huge, max_prompt_tokens=4096)
+    reference = reference_activations(tiny_llava, heads, settings)
+    task = ClippedSum(ChunkJob(heads, settings, reference, layout.l2_clip_norms))
+    partition = layout.release_part
+    nonempty = len(partition.nonempty_chunks())
+    local = LocalExecutor().run(tiny_llava, records, partition, task)
+    with _executor(tiny_llava_path) as executor:
+        distributed = executor.run(tiny_llava, records, partition, task)
+        batches_sent = len(executor.attempts)
+    assert partition.num_chunks == 100_000_000 and distributed.num_rows == local.num_rows == nonempty
+    assert batches_sent == -(-nonempty // CHUNKS_PER_BATCH)
+    assert_close_relative(
+        summed_values(distributed, partition.num_chunks),
+        summed_values(local, partition.num_chunks),
+        rel=FLOAT32_REL,
+    )

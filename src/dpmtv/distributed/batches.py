@@ -1,11 +1,12 @@
 """What travels between the driver and the workers of a distributed extraction, and the driver's
 check that the workers covered every chunk exactly once.
 
-A worker receives a :class:`ChunkBatch`: chunk ids (positions in the build's partition, public:
-``0..m-1``) and each chunk's records, already cut to ``shots_per_chunk``. It never sees the
-partition key, the other chunks, the unused records or any record index. It returns a
-:class:`BatchResult`: its task's result for those chunks (a sum of clipped vectors, per-chunk
-vectors or votes) and the ids it covered.
+A worker receives a :class:`ChunkBatch`: chunk ids (positions in the build's partition) and each
+chunk's records, already cut to ``shots_per_chunk`` — non-empty chunks only: an empty chunk
+contributes nothing, and a public ``m`` far above the number of records (``--num-chunks
+100000000``) must not cost ``m`` messages. It never sees the partition key, the other chunks, the
+unused records or any record index. It returns a :class:`BatchResult`: its task's result for
+those chunks (a sum of clipped vectors, per-chunk vectors or votes) and the ids it covered.
 """
 
 from __future__ import annotations
@@ -60,19 +61,22 @@ class BatchResult:
 def split_batches(
     records: Sequence[Record], partition: Partition, *, shots_per_chunk: int, chunks_per_batch: int
 ) -> list[ChunkBatch]:
-    """Consecutive chunk ids, ``chunks_per_batch`` at a time, with their records."""
+    """The non-empty chunks in chunk order, ``chunks_per_batch`` at a time, with their records."""
     if chunks_per_batch < 1:
         raise ParameterError(f"chunks_per_batch must be >= 1, got {chunks_per_batch}")
+    items = partition.nonempty_items()
     batches = []
-    for batch_id, start in enumerate(range(0, partition.num_chunks, chunks_per_batch)):
-        ids = tuple(range(start, min(start + chunks_per_batch, partition.num_chunks)))
-        chunks = tuple(tuple(records[int(i)] for i in partition.chunks[j][:shots_per_chunk]) for j in ids)
+    for batch_id, start in enumerate(range(0, len(items), chunks_per_batch)):
+        group = items[start : start + chunks_per_batch]
+        ids = tuple(j for j, _ in group)
+        chunks = tuple(tuple(records[int(i)] for i in chunk[:shots_per_chunk]) for _, chunk in group)
         batches.append(ChunkBatch(batch_id, ids, chunks))
     return batches
 
 
-def check_coverage(parts: Iterable[BatchResult], *, num_chunks: int) -> None:
-    """Every chunk id ``0..m-1`` covered by exactly one batch result.
+def check_coverage(parts: Iterable[BatchResult], *, chunk_ids: Sequence[int]) -> None:
+    """Every chunk id of ``chunk_ids`` (the non-empty chunks the driver sent) covered by exactly
+    one batch result, and no other id.
 
     A chunk counted twice (a retried batch whose first answer also arrived) would weigh its
     records twice (twice its vector in the sum, two votes) and break the sensitivity bound; a
@@ -87,10 +91,9 @@ def check_coverage(parts: Iterable[BatchResult], *, num_chunks: int) -> None:
                     f"{part.batch_id}; a chunk must be counted exactly once"
                 )
             seen[chunk_id] = part.batch_id
-    missing = sorted(set(range(num_chunks)) - set(seen))
-    extra = sorted(set(seen) - set(range(num_chunks)))
+    expected = set(chunk_ids)
+    missing, extra = sorted(expected - set(seen)), sorted(set(seen) - expected)
     if missing or extra:
         raise DistributedError(
-            f"the workers' chunk ids are not the build's 0..{num_chunks - 1}: missing {missing[:10]}, "
-            f"unknown {extra[:10]}"
+            f"the workers' chunk ids are not the ones sent: missing {missing[:10]}, unknown {extra[:10]}"
         )

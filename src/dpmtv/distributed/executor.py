@@ -68,8 +68,9 @@ class ChunkTask(Protocol):
 
     ``run`` gets a record list and a partition of it (a worker: one batch of chunks, their ids
     renumbered from 0) and must treat each chunk on its own — one forward pass per chunk — so that
-    its result for a chunk is a function of that chunk's records alone. ``combine`` joins the
-    results of consecutive batches, given in chunk order, into the result for all chunks.
+    its result for a chunk is a function of that chunk's records alone. It covers the non-empty
+    chunks only (an empty chunk contributes nothing, and executors send none). ``combine`` joins
+    the results of consecutive batches, given in chunk order, into the result for all chunks.
     """
 
     shots_per_chunk: int  # records per chunk that travel to a worker
@@ -86,7 +87,7 @@ class Executor(Protocol):
     def run(
         self, loaded, records: Sequence[Record], partition: Partition, task: ChunkTask, *, progress: bool
     ) -> Any:
-        """``task``'s result for all of ``partition``'s chunks."""
+        """``task``'s result for all of ``partition``'s non-empty chunks."""
         ...
 
 

@@ -124,9 +124,10 @@ class RayExecutor:
         task_ref = self._ray.put(task)  # sent once, shared by every batch
         self.attempts = Counter()
         description = f"{task.description} on {self.workers} workers"
-        with progress_bar(description, partition.num_chunks, enabled=progress) as advance:
+        sent = [chunk_id for batch in batches for chunk_id in batch.chunk_ids]
+        with progress_bar(description, len(sent), enabled=progress) as advance:
             parts = self._run(batches, task_ref, advance)
-        check_coverage(parts, num_chunks=partition.num_chunks)
+        check_coverage(parts, chunk_ids=sent)
         return task.combine([part.value for part in sorted(parts, key=lambda part: part.batch_id)])
 
     def _run(self, batches, task_ref, advance) -> list[BatchResult]:

@@ -94,9 +94,14 @@ class Partition:
 
     def nonempty_chunks(self) -> list[np.ndarray]:
         """The chunks that hold records, in chunk order, without visiting the empty ones."""
+        return [chunk for _, chunk in self.nonempty_items()]
+
+    def nonempty_items(self) -> list[tuple[int, np.ndarray]]:
+        """(chunk index, chunk) of the chunks that hold records, in chunk order, without visiting
+        the empty ones."""
         if isinstance(self.chunks, SparseChunks):
-            return self.chunks.nonempty()
-        return [chunk for chunk in self.chunks if len(chunk)]
+            return self.chunks.nonempty_items()
+        return [(j, chunk) for j, chunk in enumerate(self.chunks) if len(chunk)]
 
 
 def secure_rng() -> np.random.Generator:

@@ -80,13 +80,14 @@ def chunk_votes(
         max_prompt_tokens=max_prompt_tokens,
         shots_per_chunk=max((len(chunk) for chunk in chunks), default=0),
     )
-    return (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
+    cast = iter((executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress))
+    return [next(cast) if chunk else () for chunk in chunks]  # an empty chunk casts no vote
 
 
 @dataclass(frozen=True)
 class HeadVotes:
-    """The chunk task of private selection (:class:`dpmtv.distributed.ChunkTask`): each chunk's
-    vote, in chunk order."""
+    """The chunk task of private selection (:class:`dpmtv.distributed.ChunkTask`): each non-empty
+    chunk's vote, in chunk order."""
 
     max_votes_per_chunk: int
     pool: HeadSet | None
@@ -97,7 +98,7 @@ class HeadVotes:
     def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
         geometry = loaded.adapter.geometry
         pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
-        chunks = [[records[int(i)] for i in chunk] for chunk in partition.chunks]
+        chunks = [[records[int(i)] for i in chunk] for chunk in partition.nonempty_chunks()]
         scores = chunk_head_scores(
             loaded, chunks, max_prompt_tokens=self.max_prompt_tokens, progress=progress
         )
