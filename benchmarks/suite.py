@@ -13,7 +13,8 @@ Sections (each short on a CPU; sizes are in the results):
   (prompts rendered and encoded in the forward pass's thread) and on (one background thread), and
   the fraction of wall time the forward pass waits for its inputs;
 - ``workers``: build extraction throughput with 1 and 2 Ray workers (target >= 1.6x), next to
-  the local loop; the load average is recorded (other processes share the CPUs);
+  the local loop, and private selection's votes on the same workers; the load average is
+  recorded (other processes share the CPUs);
 - ``memory``: peak RSS of a fresh process building over N = 256 … 16,384 records at fixed public
   m (add-remove-one, so compute is constant and only the records scale; target: flat, <= 1.1);
 - ``latency``: time to the first answer token: zero-shot, zero-shot with the DP-MTV vector
@@ -137,9 +138,11 @@ def workers(tmp: Path, options) -> dict:
 
     from dpmtv.build import plan_layout, reference_activations
     from dpmtv.data import load_records
+    from dpmtv.data.synthetic import write_colour_records
     from dpmtv.distributed import ChunkJob, ClippedSum, LocalExecutor, ModelSource, RayExecutor
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
+    from dpmtv.selection import chunk_votes
 
     shots, chunks = 8, options.worker_chunks
     loaded = load_model("embedded", device=options.device, dtype=options.dtype)
@@ -174,25 +177,39 @@ def workers(tmp: Path, options) -> dict:
             count: RayExecutor(source, workers=count, chunks_per_batch=2, gpus_per_worker=gpus)
             for count in (1, 2)
         }
-        for executor in pools.values():
-            executor.run(loaded, records, part, task)  # warm-up: actors load the model
-        runs = {1: [], 2: []}
+        # private selection's votes (forward + backward per chunk) on the same actors, on records
+        # whose answers the embedded model's vocabulary spells (the photos' 'colour N' it cannot)
+        voters = load_records(write_colour_records(tmp / "votes", shots * options.vote_chunks, seed=3))
+        vote_chunks = [voters[start : start + shots] for start in range(0, len(voters), shots)]
+        for executor in pools.values():  # warm-up: actors load the model
+            executor.run(loaded, records, part, task)
+            chunk_votes(loaded, vote_chunks[:4], max_votes_per_chunk=8, progress=False, executor=executor)
+        runs = {("build", 1): [], ("build", 2): [], ("votes", 1): [], ("votes", 2): []}
         loads = []
         for _ in range(options.worker_repeats):
             for count, executor in pools.items():
                 loads.append(os.getloadavg()[0])
                 started = time.perf_counter()
                 executor.run(loaded, records, part, task)
-                runs[count].append(part.num_chunks / (time.perf_counter() - started))
-        for count, executor in pools.items():
+                runs["build", count].append(part.num_chunks / (time.perf_counter() - started))
+                started = time.perf_counter()
+                chunk_votes(loaded, vote_chunks, max_votes_per_chunk=8, progress=False, executor=executor)
+                runs["votes", count].append(len(vote_chunks) / (time.perf_counter() - started))
+        for executor in pools.values():
             executor.close()
-            out[f"workers_{count}"] = {"chunks_per_s_best": max(runs[count]), "chunks_per_s_all": runs[count]}
+        for (work, count), values in runs.items():
+            name = f"workers_{count}" if work == "build" else f"votes_workers_{count}"
+            out[name] = {"chunks_per_s_best": max(values), "chunks_per_s_all": values}
         out["load_average_1min_during"] = [min(loads), max(loads)]
     finally:
         ray.shutdown()
-    out["speedup_2_over_1"] = out["workers_2"]["chunks_per_s_best"] / out["workers_1"]["chunks_per_s_best"]
+    for prefix in ("", "votes_"):
+        best = {count: out[f"{prefix}workers_{count}"]["chunks_per_s_best"] for count in (1, 2)}
+        out[f"{prefix}speedup_2_over_1"] = best[2] / best[1]
+    out["vote_chunks"] = len(vote_chunks)
     out["note"] = ("Ray actors with 1 CPU each (torch uses 1 thread per actor); the local loop is "
-                   "timed at the default torch threads and at 1. All after a warm-up pass.")  # fmt: skip
+                   "timed at the default torch threads and at 1. All after a warm-up pass. 'votes': "
+                   "private head selection's per-chunk votes on the same actors.")  # fmt: skip
     return out
 
 
@@ -430,6 +447,7 @@ def main() -> None:
     parser.add_argument("--pipeline-chunks", type=int, default=12)
     parser.add_argument("--worker-chunks", type=int, default=48)
     parser.add_argument("--worker-repeats", type=int, default=3)
+    parser.add_argument("--vote-chunks", type=int, default=16)
     parser.add_argument("--memory-sizes", default="256,1024,4096,16384")
     parser.add_argument("--realsize", default="smolvlm-256m")
     parser.add_argument("--realsize-px", default="smolvlm-256m=128,qwen2-vl-2b=56")
