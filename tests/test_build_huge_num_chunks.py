@@ -74,3 +74,50 @@ def test_build_with_a_huge_num_chunks_runs_one_forward_pass_per_nonempty_chunk(
     privacy = result.vector.metadata.privacy
     assert privacy.num_chunks == HUGE_M
     assert privacy.l2_sensitivity == pytest.approx(2 * 1.0 / HUGE_M, rel=1e-12)
+
+
+@pytest.mark.parametrize("composition", ["sequential", "parallel"])
+def test_private_selection_with_a_huge_num_chunks_visits_only_the_nonempty_chunks(
+    tiny_llava, tmp_path, composition
+):
+    """Private head selection lists the selection chunks' votes: the non-empty ones only, while
+    the metadata keeps the public number of voting chunks (m, or its half under parallel
+    composition), never the data-dependent count of non-empty ones."""
+    from dpmtv.settings import PrivateSelectionSettings
+
+    records = load_records(write_records(tmp_path / "data", 8))
+    settings = BuildSettings(
+        epsilon=4.0,
+        delta=1e-5,
+        l2_clip_norm=(1.0,),
+        shots_per_chunk=4,
+        neighbouring_relation="add-remove-one",
+        num_chunks=HUGE_M,
+        private_selection=PrivateSelectionSettings(k=2, composition=composition),
+        insecure_seed=3,
+        allow_insecure_seed=True,
+        progress=False,
+    )
+    tracemalloc.start()
+    result = build_task_vector(tiny_llava, records, None, settings)
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak_bytes < 50_000_000  # O(m) lists or index arrays of 10^8 chunks take gigabytes
+    metadata = result.vector.metadata
+    half = {"sequential": HUGE_M, "parallel": HUGE_M // 2}[composition]
+    assert metadata.head_selection["details"]["num_chunks_voting"] == half
+    assert metadata.privacy.num_chunks == half and len(result.vector.heads.pairs) == 2
+
+
+@pytest.mark.parametrize("num_chunks", [2, 7, 8])
+def test_parallel_halves_of_stored_chunks_are_the_index_halves(num_chunks):
+    """The sparse split puts every chunk where the index split of ``parallel_halves`` does."""
+    from dpmtv.chunks import parallel_composition_halves
+    from dpmtv.privacy import Partition
+    from dpmtv.privacy.noisy_top_k import parallel_halves
+
+    chunks = tuple(np.array([j, 100 + j]) if j % 3 else np.array([], np.int64) for j in range(num_chunks))
+    halves = parallel_composition_halves(Partition(chunks=chunks, num_unused=1))
+    for half, indices in zip(halves, parallel_halves(num_chunks), strict=True):
+        assert half.num_chunks == len(indices) and half.num_unused == 1
+        assert [list(half.chunks[p]) for p in range(len(indices))] == [list(chunks[j]) for j in indices]

@@ -30,9 +30,9 @@ from dpmtv._progress import progress_bar
 from dpmtv.chunks import (
     ChunkPrompts,
     chunk_prompt,
-    chunk_records,
+    nonempty_chunk_records,
+    parallel_composition_halves,
     partition_records,
-    sub_partition,
 )
 from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
@@ -55,7 +55,7 @@ from dpmtv.privacy import (
     validate_epsilon_delta,
 )
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
-from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, parallel_halves, plan_private_selection
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release, release_clipped_sum
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
@@ -318,8 +318,7 @@ def _split_for_selection(partition: Partition, settings: BuildSettings) -> tuple
     selection = settings.private_selection
     if selection is None or selection.composition == "sequential":
         return partition, partition
-    selection_idx, release_idx = parallel_halves(partition.num_chunks)
-    return sub_partition(partition, selection_idx), sub_partition(partition, release_idx)
+    return parallel_composition_halves(partition)
 
 
 def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
@@ -385,7 +384,8 @@ def _select_privately(loaded, records, selection_part, settings, selection_plan,
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(
         loaded,
-        chunk_records(records, selection_part, settings.shots_per_chunk),
+        nonempty_chunk_records(records, selection_part, settings.shots_per_chunk),
+        num_chunks=selection_part.num_chunks,  # public m: empty chunks vote nothing
         plan=selection_plan,
         pool=_pool(settings, loaded.adapter.geometry),
         max_prompt_tokens=settings.max_prompt_tokens,

@@ -20,6 +20,8 @@ from dpmtv.privacy import (
     PrivatePartition,
     partition_private_records,
 )
+from dpmtv.privacy.noisy_top_k import parallel_half, parallel_half_sizes
+from dpmtv.privacy.partition import SparseChunks
 from dpmtv.prompts import Example, Prompt, blank_image
 
 
@@ -63,9 +65,27 @@ def partition_records(
     )
 
 
-def sub_partition(partition: Partition, indices: np.ndarray) -> Partition:
-    """The chunks at ``indices`` (e.g. one half for parallel composition); m is len(indices)."""
-    return Partition(chunks=tuple(partition.chunks[int(i)] for i in indices), num_unused=partition.num_unused)
+def parallel_composition_halves(partition: Partition) -> tuple[Partition, Partition]:
+    """(selection half, release half) of ``partition`` for parallel composition
+    (:func:`dpmtv.privacy.noisy_top_k.parallel_half` of each chunk), visiting and storing only the
+    non-empty chunks; each half keeps its public size (``ceil(m/2)``, ``floor(m/2)``)."""
+    halves: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    for j, chunk in partition.nonempty_items():
+        half, position = parallel_half(j)
+        halves[half][position] = chunk
+    sizes = parallel_half_sizes(partition.num_chunks)
+    return tuple(
+        Partition(chunks=SparseChunks(chunks, num_chunks=size), num_unused=partition.num_unused)
+        for chunks, size in zip(halves, sizes, strict=True)
+    )
+
+
+def nonempty_chunk_records(
+    records: Sequence[Record], partition: Partition, shots_per_chunk: int
+) -> list[list[Record]]:
+    """The non-empty chunks' records, cut to ``shots_per_chunk``, in chunk order (O(non-empty
+    chunks) for a huge public ``m``)."""
+    return [[records[int(i)] for i in chunk[:shots_per_chunk]] for chunk in partition.nonempty_chunks()]
 
 
 def chunk_records(

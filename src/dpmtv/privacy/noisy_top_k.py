@@ -80,6 +80,8 @@ __all__ = [
     "noisy_top_k",
     "noisy_top_k_event",
     "noisy_top_k_scale",
+    "parallel_half",
+    "parallel_half_sizes",
     "parallel_halves",
     "plan_private_selection",
     "split_budget",
@@ -280,7 +282,8 @@ def plan_private_selection(
 
 
 def parallel_halves(num_chunks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Chunk indices for parallel composition: even → selection, odd → release.
+    """Chunk indices for parallel composition: even → selection, odd → release
+    (:func:`parallel_half` of every chunk).
 
     Data-independent (chunk order is a data-independent permutation or hash), so a record falls in
     exactly one half whatever the data. Each half has about ``m/2`` chunks: the release's ``Δ``
@@ -289,3 +292,16 @@ def parallel_halves(num_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     m = check_int("num_chunks", num_chunks, minimum=2)
     indices = np.arange(m)
     return indices[0::2], indices[1::2]
+
+
+def parallel_half(chunk_index: int) -> tuple[int, int]:
+    """Where chunk ``j`` goes under parallel composition: (0 selection / 1 release, its index in
+    that half) — ``(j mod 2, j div 2)``, as in :func:`parallel_halves`, for partitions that store
+    only their non-empty chunks."""
+    return chunk_index % 2, chunk_index // 2
+
+
+def parallel_half_sizes(num_chunks: int) -> tuple[int, int]:
+    """The public sizes of the two halves of :func:`parallel_halves`: ``(ceil(m/2), floor(m/2))``."""
+    m = check_int("num_chunks", num_chunks, minimum=2)
+    return (m + 1) // 2, m // 2

@@ -166,6 +166,7 @@ def select_private(
     rng: np.random.Generator | None = None,
     progress: bool = True,
     executor: Executor | None = None,
+    num_chunks: int | None = None,
 ) -> SelectionResult:
     """Votes of ``chunks`` → histogram → ``noisy_top_k(k, ε_sel)`` → the selected heads.
 
@@ -173,6 +174,8 @@ def select_private(
     (sequential composition) or the selection half (:func:`dpmtv.privacy.noisy_top_k.parallel_halves`).
     ``rng`` switches to seeded numpy Gumbel noise: INSECURE, for tests and experiments only.
     ``executor`` computes the votes (default: this process); the noise is drawn here.
+    ``num_chunks``: the public number of voting chunks when ``chunks`` lists only the non-empty
+    ones (an empty chunk casts no vote); the metadata records it, never the data-dependent count.
     """
     started = time.perf_counter()
     geometry = loaded.adapter.geometry
@@ -201,7 +204,7 @@ def select_private(
         method="private-noisy-top-k",
         metric="none",
         seconds=time.perf_counter() - started,
-        details=_plan_details(plan, len(chunks), seeded=rng is not None),
+        details=_plan_details(plan, num_chunks or len(chunks), seeded=rng is not None),
     )
 
 
