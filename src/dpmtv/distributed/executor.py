@@ -130,8 +130,8 @@ class ChunkJob:
 
 
 @dataclass(frozen=True)
-class ClippedSum:
-    """The sum of the chunks' clipped vectors, ``Σ_j â_j`` per layer (un-noised)."""
+class _ClippedChunksTask:
+    """What the build's extraction tasks share: the job, and the records a chunk sends."""
 
     job: ChunkJob
     description: ClassVar[str] = "extracting chunks"
@@ -139,6 +139,11 @@ class ClippedSum:
     @property
     def shots_per_chunk(self) -> int:
         return self.job.shots_per_chunk
+
+
+@dataclass(frozen=True)
+class ClippedSum(_ClippedChunksTask):
+    """The sum of the chunks' clipped vectors, ``Σ_j â_j`` per layer (un-noised)."""
 
     def run(self, loaded, records, partition, *, progress: bool) -> ClippedSumAccumulator:
         accumulator = ClippedSumAccumulator(self.job.layer_dims)
@@ -156,16 +161,9 @@ class ClippedSum:
 
 
 @dataclass(frozen=True)
-class ClippedRows:
+class ClippedRows(_ClippedChunksTask):
     """Each non-empty chunk's clipped vector, layers concatenated, float64 ``(chunks, Σ k_l*d)``.
     Private and un-noised: for audits and experiments that hold them in memory, never write them."""
-
-    job: ChunkJob
-    description: ClassVar[str] = "extracting chunks"
-
-    @property
-    def shots_per_chunk(self) -> int:
-        return self.job.shots_per_chunk
 
     def run(self, loaded, records, partition, *, progress: bool) -> np.ndarray:
         layers = self.job.heads.layers
