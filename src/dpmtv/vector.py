@@ -31,7 +31,6 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpmtv._artifact_claim import check_privacy_claim
-from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
@@ -40,6 +39,7 @@ if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
     from dpmtv.hooks import LayerPatch
 
 FORMAT_VERSION = 2
+_HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
 METADATA_KEY = "dpmtv"
 METADATA_HASH_KEY = "dpmtv_sha256"  # SHA-256 of the METADATA_KEY text (which holds the tensor hash)
 
@@ -163,6 +163,27 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def is_dpmtv_artifact(path: Path) -> bool:
+    """Whether ``path`` is a safetensors file with dpmtv's metadata (header only, no tensors)."""
+    try:
+        with open(path, "rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            if not 0 < header_size <= _HEADER_LIMIT_BYTES:
+                return False
+            header = json.loads(handle.read(header_size))
+        return isinstance(header, dict) and METADATA_KEY in (header.get("__metadata__") or {})
+    except (OSError, ValueError):
+        return False
+
+
+def default_file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` would give a new file (``mkstemp``
+    gives 0600, which would hide an artifact from the group that reads it)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def load_task_vector(path: str | Path) -> TaskVector:

@@ -447,8 +447,8 @@ def _check_ledger(book, dataset, neighbouring_relation, privacy_unit, void_reaso
 
 def _heads(loaded, params):
     """(head set, how it was chosen, private selection settings): --heads or --heads-from."""
-    from dpmtv.heads import resolve_heads
     from dpmtv.pipeline.settings import PrivateSelectionSettings
+    from dpmtv.selection.resolve import resolve_heads
 
     if params["heads_from"] == "private":
         private_selection = PrivateSelectionSettings(
@@ -489,7 +489,7 @@ def _ledger_charge(ledger, settings, loaded, out, void_reason):
     if ledger is None:
         return None
     from dpmtv._version import __version__
-    from dpmtv.ledger.book import LedgerCharge
+    from dpmtv.ledger.charge import LedgerCharge
 
     book, dataset = ledger
     return LedgerCharge.for_build(

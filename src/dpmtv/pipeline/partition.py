@@ -1,4 +1,4 @@
-"""From records to chunk prompts: partition dispatch, chunk record lists, lazy prompt rendering.
+"""From records to chunks: partition dispatch, chunk record lists, lazy chunk-prompt rendering.
 
 Model-free and privacy-free glue: the partition functions themselves live in ``dpmtv.privacy``.
 """
@@ -6,13 +6,11 @@ Model-free and privacy-free glue: the partition functions themselves live in ``d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from dpmtv.data.records import Record
-from dpmtv.errors import ParameterError, RecordError
+from dpmtv.errors import RecordError
 from dpmtv.privacy import (
     AdjacencyRelation,
     Partition,
@@ -22,7 +20,7 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import parallel_half, parallel_half_sizes
 from dpmtv.privacy.partition import SparseChunks
-from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.prompts import chunk_prompt
 
 
 def partition_records(
@@ -80,14 +78,6 @@ def parallel_composition_halves(partition: Partition) -> tuple[Partition, Partit
     )
 
 
-def nonempty_chunk_records(
-    records: Sequence[Record], partition: Partition, shots_per_chunk: int
-) -> list[list[Record]]:
-    """The non-empty chunks' records, cut to ``shots_per_chunk``, in chunk order (O(non-empty
-    chunks) for a huge public ``m``)."""
-    return [[records[int(i)] for i in chunk[:shots_per_chunk]] for chunk in partition.nonempty_chunks()]
-
-
 def chunk_records(
     records: Sequence[Record], partition: Partition, shots_per_chunk: int
 ) -> list[list[Record]]:
@@ -122,26 +112,3 @@ class ChunkPrompts(Sequence):
             return [self[i] for i in range(*index.indices(len(self)))]
         chunk = [self._records[int(i)] for i in self._chunks[index][: self._shots]]
         return chunk_prompt(chunk, query=self._query, query_question=self._question)
-
-
-def chunk_prompt(chunk: Sequence[Record], *, query: str, query_question: str) -> Prompt:
-    """One chunk's prompt: its records as demonstrations, then the query (docs/design.md §2)."""
-    if query == "record":
-        *demos, last = chunk
-        query_example = Example(last.load_images(), last.question)
-    else:
-        demos = list(chunk)
-        query_example = Example((public_query_image(query),), query_question)
-    return Prompt(tuple(Example(r.load_images(), r.question, r.answer) for r in demos), query_example)
-
-
-def public_query_image(query: str) -> Image.Image:
-    if query == "blank":
-        return blank_image()
-    try:
-        with Image.open(Path(query)) as image:
-            return image.convert("RGB")
-    except OSError as exc:
-        raise ParameterError(
-            f"--query '{query}' is neither 'record', 'blank' nor a readable image: {exc}"
-        ) from None

@@ -17,7 +17,7 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.partition import chunk_prompt
+from dpmtv.prompts import chunk_prompt
 
 __all__ = ["DEFAULT_CLIP_QUANTILE", "public_clip_norms"]
 

@@ -124,7 +124,7 @@ class BuildSettings:
 
     @property
     def query_source(self) -> str:
-        """The query as :func:`~dpmtv.pipeline.partition.chunk_prompt` takes it: "record", "blank", a path."""
+        """The query as :func:`~dpmtv.prompts.chunk_prompt` takes it: "record", "blank", a path."""
         return str(self.query_image) if self.query is QueryKind.PUBLIC_IMAGE else self.query.value
 
     @property
