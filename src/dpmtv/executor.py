@@ -57,8 +57,11 @@ class ChunkTask(Protocol):
     the results of consecutive batches, given in chunk order, into the result for all chunks.
     """
 
-    shots_per_chunk: int  # records per chunk that travel to a worker
-    description: str  # for the progress bar
+    @property
+    def shots_per_chunk(self) -> int: ...  # records per chunk that travel to a worker
+
+    @property
+    def description(self) -> str: ...  # for the progress bar
 
     def run(self, loaded, records: Sequence[Record], partition: Partition, *, progress: bool) -> Any: ...
 

@@ -17,6 +17,9 @@ from PIL import Image
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 
+# The public question of a data-free query (a blank or public image) when none is given.
+DEFAULT_QUERY_QUESTION = "What is the answer?"
+
 
 @dataclass(frozen=True)
 class Example:

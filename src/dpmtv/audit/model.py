@@ -39,7 +39,6 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.build import DEFAULT_QUERY_QUESTION
 from dpmtv.privacy import (
     CsprngNumpyGaussianSampler,
     clip_l2_per_layer,
@@ -49,7 +48,7 @@ from dpmtv.privacy import (
     secure_rng,
     seeded_rng,
 )
-from dpmtv.prompts import chunk_prompt
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 
 __all__ = ["POWER_FRACTIONS", "ModelCanary", "audit_model", "canary_power", "model_chunk_vectors"]
 

@@ -11,6 +11,7 @@ from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
 from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 
 def build_options(function):
@@ -171,7 +172,7 @@ _OPTIONS = [
     ),
     click.option(
         "--query-question",
-        default="What is the answer?",
+        default=DEFAULT_QUERY_QUESTION,
         show_default=True,
         help="Public question text for blank/public-image queries.",
     ),

@@ -12,7 +12,9 @@ stands (noise was drawn) and the caller is told so.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpmtv.errors import LedgerError, ParameterError
 from dpmtv.ledger.access import check_ledger_writable
@@ -20,10 +22,15 @@ from dpmtv.ledger.book import Ledger
 from dpmtv.ledger.charge import LedgerCharge
 from dpmtv.ledger.records import DatasetStatus, Void
 
+if TYPE_CHECKING:  # the ledger does not import the pipeline; the settings are only read
+    from dpmtv.pipeline.settings import BuildSettings
+
 __all__ = ["BuildCharge", "void_reason"]
 
 
-def void_reason(*, non_private: bool, insecure_seed: int | None, dataset: str | None, void_budget: bool):
+def void_reason(
+    *, non_private: bool, insecure_seed: int | None, dataset: str | None, void_budget: bool
+) -> str | None:
     """Why a build that names ``dataset`` voids it (None: it is charged, or names no dataset),
     or a refusal: such a build cannot be charged, and ``void_budget`` is only for such a build."""
     reason = (
@@ -54,7 +61,7 @@ class BuildCharge:
         self.ledger.busy_timeout_s = self.timeout_s = timeout_s
         self.charge: LedgerCharge | None = None
 
-    def check(self, *, neighbouring_relation: str, privacy_unit: str, on_wait) -> None:
+    def check(self, *, neighbouring_relation: str, privacy_unit: str, on_wait: Callable[[str], None]) -> None:
         """Before any work: refuse an unknown dataset, another relation or unit, or a ledger that
         cannot be written now (waiting for another writer at most ``timeout_s``)."""
         if self.void_reason is not None:
@@ -65,7 +72,9 @@ class BuildCharge:
             )
         check_ledger_writable(self.ledger, timeout_s=self.timeout_s, on_wait=on_wait)
 
-    def callback(self, settings, *, model: str, library_version: str, artifact: Path) -> LedgerCharge:
+    def callback(
+        self, settings: BuildSettings, *, model: str, library_version: str, artifact: Path | None
+    ) -> LedgerCharge:
         """The build's ``before_noise``: it charges (or voids) once, recording public parameters."""
         self.charge = LedgerCharge.for_build(
             self.ledger,
@@ -95,7 +104,7 @@ class BuildCharge:
         )
         return f"{spent} for a build that then failed; the charge stands (noise was drawn)"
 
-    def mark_written(self, artifact: Path, *, tensors_sha256: str) -> None:
+    def mark_written(self, artifact: Path | None, *, tensors_sha256: str) -> None:
         """Record the written artifact and the hash of its tensors beside the charge."""
         if self.charge is not None:
             self.charge.mark_written(artifact, tensors_sha256=tensors_sha256)

@@ -20,9 +20,10 @@ Order of a build, and why:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.metadata import artifact_metadata
 from dpmtv.pipeline.plan import (
     BuildLayout,
+    BuildPlan,
     count_notes,
     layer_dims,
     plan_build,
@@ -45,7 +47,6 @@ from dpmtv.pipeline.plan import (
     weak_signal_notes,
 )
 from dpmtv.pipeline.settings import (
-    DEFAULT_QUERY_QUESTION,
     BuildSettings,
     Centring,
     PrivateSelectionSettings,
@@ -60,10 +61,11 @@ from dpmtv.privacy import (
     validate_epsilon_delta,
 )
 from dpmtv.privacy.disjoint import ChargedEvent
-from dpmtv.privacy.release import release_clipped_sum
+from dpmtv.privacy.release import NoisedVector, release_clipped_sum
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
-from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, blank_image, chunk_prompt
 from dpmtv.selection.private import select_private
+from dpmtv.selection.result import SelectionResult
 from dpmtv.vector import TaskVector, save_task_vector
 
 __all__ = [
@@ -121,9 +123,7 @@ def build_task_vector(
     head_selection = settings.head_selection
     if heads is None:
         charge()
-        selection = _select_privately(
-            loaded, records, layout.selection_part, settings, plan.selection, executor
-        )
+        selection = _select_privately(loaded, records, plan, settings, executor)
         heads, head_selection = selection.heads, selection.to_metadata()
 
     reference = reference_activations(loaded, heads, settings)
@@ -160,7 +160,15 @@ def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSe
 
 
 def _task_vector(
-    loaded, heads, settings, layout, reference, noised, head_selection, *, workers=1
+    loaded: LoadedModel,
+    heads: HeadSet,
+    settings: BuildSettings,
+    layout: BuildLayout,
+    reference: dict[int, np.ndarray],
+    noised: NoisedVector,
+    head_selection: dict[str, Any],
+    *,
+    workers: int = 1,
 ) -> TaskVector:
     """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
     head_dim = loaded.adapter.geometry.head_dim
@@ -190,7 +198,7 @@ class _ChargeOnce:
     once, i.e. right after planning and before any forward pass, so that a build its ledger
     would refuse fails before its expensive part."""
 
-    def __init__(self, before_noise: BeforeNoise | None, event: ChargedEvent):
+    def __init__(self, before_noise: BeforeNoise | None, event: ChargedEvent) -> None:
         self._before_noise, self.event, self.done = before_noise, event, False
         preview = getattr(before_noise, "preview", None)
         if preview is not None:
@@ -220,13 +228,23 @@ def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
     return {"public_records": center, "public_images": query}
 
 
-def _select_privately(loaded, records, selection_part, settings, selection_plan, executor):
+def _select_privately(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    plan: BuildPlan,
+    settings: BuildSettings,
+    executor: Executor | None,
+) -> SelectionResult:
+    """The private head selection on the plan's selection chunks (its noise is drawn here)."""
+    selection_plan = plan.selection
+    if selection_plan is None:  # _validate: no head set comes with private selection settings
+        raise ParameterError("private selection needs private selection settings")
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     return select_private(
         loaded,
         records,
-        selection_part,
+        plan.layout.selection_part,
         shots_per_chunk=settings.shots_per_chunk,
         plan=selection_plan,
         pool=selection_pool(settings, loaded.adapter.geometry),
@@ -246,7 +264,7 @@ def reference_activations(
     if settings.center is Centring.BLANK:
         prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
     else:
-        public, question = load_records(settings.center_records), settings.query_question
+        public, question = load_records(str(settings.center_records)), settings.query_question
         size = max(1, min(settings.shots_per_chunk, len(public)))
         prompts = [
             chunk_prompt(public[start : start + size], query=settings.query_source, query_question=question)
@@ -255,7 +273,7 @@ def reference_activations(
     return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)
 
 
-def _per_head_rows(per_layer: dict[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
+def _per_head_rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
     """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
     return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
 
@@ -295,7 +313,14 @@ def build_task_vectors_for_epsilons(
     ]
 
 
-def _release_from_sums(loaded, heads, settings, layout: BuildLayout, reference, sums) -> BuildResult:
+def _release_from_sums(
+    loaded: LoadedModel,
+    heads: HeadSet,
+    settings: BuildSettings,
+    layout: BuildLayout,
+    reference: dict[int, np.ndarray],
+    sums: ClippedSumAccumulator,
+) -> BuildResult:
     """One seeded release of the clipped ``sums`` at ``settings.epsilon`` (a fresh sampler from the
     seed, as a build at that ε would draw)."""
     validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)

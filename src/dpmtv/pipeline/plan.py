@@ -8,12 +8,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import dp_accounting
 
 from dpmtv.data.records import Record
 from dpmtv.heads import HeadSet, parse_head_spec
+from dpmtv.models.base import HeadGeometry
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.partition import parallel_composition_halves, partition_records
 from dpmtv.pipeline.settings import BuildSettings
@@ -26,7 +26,9 @@ from dpmtv.privacy import (
     parse_l2_clip_norms,
 )
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
+from dpmtv.privacy.noise import NoiseSampler
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
+from dpmtv.privacy.relation import AdjacencyRelation
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 
@@ -76,7 +78,7 @@ class BuildPlan:
     None for a non-private build), the event the ledger charges, and the notes for the operator."""
 
     layout: BuildLayout
-    sampler: Any
+    sampler: NoiseSampler
     selection: PrivateSelectionPlan | None
     release: GaussianReleasePlan | None
     event: ChargedEvent
@@ -150,20 +152,33 @@ def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
     )
 
 
-def selection_pool(settings: BuildSettings, geometry) -> HeadSet:
-    return parse_head_spec(settings.private_selection.pool, geometry)
+def selection_pool(settings: BuildSettings, geometry: HeadGeometry) -> HeadSet:
+    """Private selection's public candidate heads."""
+    pool = "all" if settings.private_selection is None else settings.private_selection.pool
+    return parse_head_spec(pool, geometry)
 
 
-def _sensitivity(clip_norms, heads, settings, num_chunks, relation) -> float:
+def _sensitivity(
+    clip_norms: dict[int, float],
+    heads: HeadSet | None,
+    settings: BuildSettings,
+    num_chunks: int,
+    relation: AdjacencyRelation,
+) -> float:
     """Δ over the released layers; with private selection, the worst case over the at most
     min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent)."""
     norms = [clip_norms[layer] for layer in (heads.layers if heads is not None else clip_norms)]
-    if heads is None:
+    if heads is None and settings.private_selection is not None:
         norms = sorted(norms, reverse=True)[: settings.private_selection.k]
     return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=relation)
 
 
-def plan_release(settings, sensitivity, sampler, selection_plan) -> GaussianReleasePlan | None:
+def plan_release(
+    settings: BuildSettings,
+    sensitivity: float,
+    sampler: NoiseSampler,
+    selection_plan: PrivateSelectionPlan | None,
+) -> GaussianReleasePlan | None:
     if settings.non_private:
         return None
     fixed = selection_plan.fixed_events if selection_plan is not None else ()
@@ -176,7 +191,9 @@ def plan_release(settings, sensitivity, sampler, selection_plan) -> GaussianRele
     )
 
 
-def build_event(plan: GaussianReleasePlan | None, selection_plan: PrivateSelectionPlan | None):
+def build_event(
+    plan: GaussianReleasePlan | None, selection_plan: PrivateSelectionPlan | None
+) -> ChargedEvent:
     """What the build costs, for the ledger. Sequential: the plan's composed event. Parallel
     composition (selection and release on disjoint halves): :class:`DisjointReleases` of the
     two, which costs the worse of them, not their composition (see :mod:`dpmtv.privacy.disjoint`)."""
@@ -187,7 +204,14 @@ def build_event(plan: GaussianReleasePlan | None, selection_plan: PrivateSelecti
     return DisjointReleases((selection_plan.event, plan.event))
 
 
-def weak_signal_notes(loaded, heads, plan, clip_norms, *, stacklevel: int = 3) -> list[str]:
+def weak_signal_notes(
+    loaded: LoadedModel,
+    heads: HeadSet | None,
+    plan: GaussianReleasePlan | None,
+    clip_norms: dict[int, float],
+    *,
+    stacklevel: int = 3,
+) -> list[str]:
     """Warn (at once, and in the result) when the expected noise norm of a released layer exceeds
     its signal bound C_l; heads chosen privately are not known yet, so that case is skipped."""
     if plan is None or heads is None:

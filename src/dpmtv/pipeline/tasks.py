@@ -85,7 +85,9 @@ class ChunkJob:
     def shots_per_chunk(self) -> int:
         return self.settings.shots_per_chunk
 
-    def clipped_chunks(self, loaded, records, partition, *, progress: bool):
+    def clipped_chunks(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> Iterator[dict[int, np.ndarray]]:
         """:func:`iter_clipped_chunks` with this job: per non-empty chunk, ``{layer: (1, k_l*d)}``."""
         settings = dataclasses.replace(self.settings, progress=progress)
         return iter_clipped_chunks(
@@ -109,7 +111,9 @@ class _ClippedChunksTask:
 class ClippedSum(_ClippedChunksTask):
     """The sum of the chunks' clipped vectors, ``Σ_j â_j`` per layer (un-noised)."""
 
-    def run(self, loaded, records, partition, *, progress: bool) -> ClippedSumAccumulator:
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> ClippedSumAccumulator:
         accumulator = ClippedSumAccumulator(self.job.layer_dims)
         for clipped in self.job.clipped_chunks(loaded, records, partition, progress=progress):
             accumulator.add(clipped)
@@ -129,7 +133,9 @@ class ClippedRows(_ClippedChunksTask):
     """Each non-empty chunk's clipped vector, layers concatenated, float64 ``(chunks, Σ k_l*d)``.
     Private and un-noised: for audits and experiments that hold them in memory, never write them."""
 
-    def run(self, loaded, records, partition, *, progress: bool) -> np.ndarray:
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> np.ndarray:
         layers = self.job.heads.layers
         rows = [
             np.concatenate([clipped[layer] for layer in layers], axis=1).astype(np.float64)
@@ -142,11 +148,11 @@ class ClippedRows(_ClippedChunksTask):
 
 
 def sum_clipped_chunks(
-    loaded,
+    loaded: LoadedModel,
     records: Sequence[Record],
     partition: Partition,
     heads: HeadSet,
-    settings,
+    settings: BuildSettings,
     reference: dict[int, np.ndarray],
     l2_clip_norms: dict[int, float],
     *,
@@ -155,4 +161,7 @@ def sum_clipped_chunks(
     """The sum of every chunk's clipped vector, ``Σ_j â_j`` per layer, by ``executor`` (default:
     this process). Un-noised: the caller takes the mean and noises it once."""
     task = ClippedSum(ChunkJob(heads, settings, reference, l2_clip_norms))
-    return (executor or LocalExecutor()).run(loaded, records, partition, task, progress=settings.progress)
+    total: ClippedSumAccumulator = (executor or LocalExecutor()).run(
+        loaded, records, partition, task, progress=settings.progress
+    )
+    return total

@@ -15,9 +15,7 @@ from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import Example, Prompt, chunk_prompt, zero_shot
-
-DEFAULT_QUERY_QUESTION = "What is the answer?"
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, chunk_prompt, zero_shot
 
 
 @dataclass(frozen=True)
