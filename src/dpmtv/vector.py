@@ -100,13 +100,13 @@ class TaskVector:
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
-        from dpmtv.hooks import LayerPatch  # torch on first use
+        from dpmtv.hooks import layer_patches  # torch on first use
 
-        patches: dict[int, LayerPatch] = {}
-        for layer in self.heads.layers:
-            rows = [i for i, (pair_layer, _) in enumerate(self.heads.pairs) if pair_layer == layer]
-            patches[layer] = LayerPatch.from_rows(self.heads.heads_in(layer), self.values[rows])
-        return patches
+        layers = [layer for layer, _ in self.heads.pairs]
+        rows = {
+            layer: self.values[[i for i, x in enumerate(layers) if x == layer]] for layer in self.heads.layers
+        }
+        return layer_patches(rows, self.heads)
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Refuse a model whose identity differs from the one the vector was built for."""
