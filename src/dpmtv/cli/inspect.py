@@ -10,11 +10,23 @@ from dpmtv.cli._common import print_vector_summary
 @click.command(name="inspect")
 @click.argument("artifact", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the full metadata as JSON.")
-def command(artifact, as_json):
+@click.option(
+    "--card",
+    "as_card",
+    is_flag=True,
+    help="Print the vector's model card (what task.README.md beside it holds), rendered from the "
+    "verified metadata.",
+)
+def command(artifact, as_json, as_card):
     """Show a task vector's guarantee, model and parameters (verifies its hash)."""
     from dpmtv.vector import load_task_vector
 
     vector = load_task_vector(artifact)
+    if as_card:
+        from dpmtv.card import render_card
+
+        click.echo(render_card(vector.metadata, artifact_name=Path(artifact).name), nl=False)
+        return
     if as_json:
         click.echo(vector.metadata.model_dump_json(indent=2))
         return
