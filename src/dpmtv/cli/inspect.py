@@ -4,7 +4,8 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import print_vector_summary
+from dpmtv.cli._common import print_vector_summary, print_warning
+from dpmtv.models.registry import UNTESTED_WARNING, is_contract_tested
 
 
 @click.command(name="inspect")
@@ -22,6 +23,9 @@ def command(artifact, as_json, as_card):
     from dpmtv.vector import load_task_vector
 
     vector = load_task_vector(artifact)
+    model_type = str(vector.metadata.model.get("model_type"))
+    if not is_contract_tested(model_type):
+        print_warning(UNTESTED_WARNING.format(model_type=model_type))
     if as_card:
         from dpmtv.card import render_card
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,7 +17,8 @@ from torch import nn
 
 from dpmtv.errors import ModelError, UnsupportedModelError
 from dpmtv.models.base import HeadGeometry, ModelAdapter
-from dpmtv.models.registry import adapter_for
+from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
+from dpmtv.models.registry import UNTESTED_WARNING, adapter_for, is_contract_tested
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -199,7 +201,12 @@ def _load_auto(path: str, *, trust_remote_code: bool, **load: Any) -> LoadedMode
 
     config = _read_config(path, trust_remote_code)
     adapter_cls = adapter_for(config.model_type)
-    processor = adapter_cls.load_processor(path)
+    warn_if_untested(config.model_type)
+    try:
+        processor = adapter_cls.load_processor(path)
+    except PROCESSOR_ERRORS as exc:  # a family file's own loading; the generic one names itself
+        name = adapter_cls.display_name or config.model_type
+        raise processor_error(name, config.model_type, f"cannot load the processor at '{path}'", exc) from exc
     try:
         model = _from_pretrained(AutoModelForImageTextToText, path, **load)
     except ValueError as exc:
@@ -229,9 +236,15 @@ def wrap_loaded_model(model: nn.Module, processor: Any) -> LoadedModel:
             "loaded with (AutoProcessor.from_pretrained of the same checkpoint)"
         )
     adapter = adapter_for(config.model_type)(model.eval(), processor)
+    warn_if_untested(config.model_type)
     name = str(getattr(model, "name_or_path", "") or getattr(config, "_name_or_path", "") or "")
     defaults = _read_defaults(name) if name and Path(name).is_dir() else {}
     return LoadedModel(model, processor, adapter, name or type(model).__name__, defaults)
+
+
+def warn_if_untested(model_type: str) -> None:
+    if not is_contract_tested(model_type):
+        warnings.warn(UNTESTED_WARNING.format(model_type=model_type), stacklevel=3)
 
 
 def resolve_revision(path: str, revision: str | None) -> str:

@@ -43,6 +43,27 @@ CHAT_TEMPLATE = (
 
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
+    return build_glm(
+        out_dir,
+        seed=seed,
+        config_cls=Glm4vConfig,
+        model_cls=Glm4vForConditionalGeneration,
+        processor_cls=ImageOnlyGlm4vProcessor,
+        text_model_type="glm4v_text",
+    )
+
+
+def build_glm(
+    out_dir: Path,
+    *,
+    seed: int,
+    config_cls: type,
+    model_cls: type,
+    processor_cls: type,
+    text_model_type: str,
+    **text_overrides,
+) -> Path:
+    """A tiny GLM-4V-shaped checkpoint; the GLM-4.6V and GLM-4.5V (MoE) builders share it."""
     tokenizer = char_tokenizer(
         special_tokens=SPECIAL_TOKENS,
         bos_token=None,
@@ -57,9 +78,14 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         "mrope_section": [2, 1, 1],
         "partial_rotary_factor": 0.5,
     }
-    config = Glm4vConfig(
+    config = config_cls(
         text_config=text_config(
-            tokenizer, "glm4v_text", num_attention_heads=2, num_key_value_heads=1, rope_parameters=rope
+            tokenizer,
+            text_model_type,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_parameters=rope,
+            **text_overrides,
         ),
         vision_config=dict(
             depth=2,
@@ -85,11 +111,11 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         merge_size=MERGE_SIZE,
         temporal_patch_size=TEMPORAL_PATCH_SIZE,
     )
-    processor = ImageOnlyGlm4vProcessor(
+    processor = processor_cls(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
     return save(
-        Glm4vForConditionalGeneration,
+        model_cls,
         config,
         processor,
         out_dir,
