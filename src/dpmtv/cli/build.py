@@ -15,6 +15,7 @@ from dpmtv._output_path import (
     check_output_space,
     prepare_output_folder,
 )
+from dpmtv.cli._build_config import EXAMPLES, GroupedHelpCommand, config_options, print_json_summary
 from dpmtv.cli._common import (
     build_settings,
     clip_norms_or_auto,
@@ -31,8 +32,9 @@ from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
-@click.command(name="build")
+@click.command(name="build", cls=GroupedHelpCommand, epilog=EXAMPLES)
 @model_options
+@config_options
 @click.option(
     "--data",
     "data_path",
@@ -224,6 +226,12 @@ from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
 )
 @ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as one JSON object on stdout (progress stays on stderr).",
+)
 def command(
     model_path,
     data_path,
@@ -265,6 +273,7 @@ def command(
     ray_address,
     workers,
     gpus_per_worker,
+    as_json,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.data import load_records
@@ -326,6 +335,10 @@ def command(
         charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
     for note in result.warnings:
         print_warning(note)
+    if as_json:
+        status = charge.ledger.status(charge.dataset) if charge is not None else None
+        print_json_summary(result.path, ledger_status=status)
+        return
     print_vector_summary(result.vector.metadata, path=result.path)
     if charge is not None:
         _print_charge(charge)
