@@ -135,7 +135,7 @@ def test_unsupported_family_lists_the_supported_ones(runner, tmp_path, records_f
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "bert"}))
     result = runner.invoke(main, _build_args(tmp_path / "m", records_file, tmp_path / "t.safetensors"))
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "no dpmtv adapter for model_type 'bert'" in result.output and "LLaVA (llava)" in result.output
     words = " ".join(result.output.split())  # rich wraps long lines
     assert "--adapter spec.json" in words and "tests/models/contract.py" in words
@@ -145,13 +145,13 @@ def test_missing_data_file_is_named(runner, tiny_llava_path, tmp_path):
     result = runner.invoke(
         main, _build_args(tiny_llava_path, tmp_path / "nope.jsonl", tmp_path / "t.safetensors")
     )
-    assert result.exit_code == 2 and "nope.jsonl' does not exist" in result.output
+    assert result.exit_code == 1 and "nope.jsonl' does not exist" in result.output
 
 
 def test_inspect_refuses_a_tampered_file(runner, tmp_path):
     (tmp_path / "x.safetensors").write_bytes(b"\x00" * 20)
     result = runner.invoke(main, ["inspect", str(tmp_path / "x.safetensors")])
-    assert result.exit_code == 2 and "not a readable dpmtv task vector" in result.output
+    assert result.exit_code == 1 and "not a readable dpmtv task vector" in result.output
 
 
 @pytest.mark.slow
@@ -226,7 +226,7 @@ def test_build_charges_the_ledger_and_refuses_beyond_the_budget(
         main,
         [*_build_args(tiny_llava_path, records_file, second), "--dataset", "clinic", "--ledger", str(ledger)],
     )
-    assert result.exit_code == 2 and "budget" in result.output.lower() and not second.exists()
+    assert result.exit_code == 1 and "budget" in result.output.lower() and not second.exists()
     shown = json.loads(
         runner.invoke(main, ["budget", "show", "clinic", "--ledger", str(ledger), "--json"]).stdout
     )

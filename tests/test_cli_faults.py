@@ -47,7 +47,7 @@ def test_a_missing_model_folder_is_named_as_a_folder(tmp_path):
             "1",
         ],
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "model folder '/models/Qwen2-VL-2B-Instruct' does not exist" in " ".join(result.output.split())
 
 
@@ -73,5 +73,5 @@ def test_records_with_user_ids_but_no_record_ids(tiny_llava_path, tmp_path, unit
     if unit == "user":
         assert result.exit_code == 0, result.output
     else:
-        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert result.exit_code == 1 and "Traceback" not in result.output
         assert "records.jsonl:1: field 'id' is missing" in " ".join(result.output.split())

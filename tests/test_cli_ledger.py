@@ -112,7 +112,7 @@ def test_unknown_dataset_and_overrun_are_refused_before_any_forward_pass(
     assert result.exit_code == 2 and "colours" in result.output
     assert forward_calls == [] and not out.exists()
     result = runner.invoke(main, [*args, "--dataset", "clinic"])  # ε = 1 does not fit in 0.5
-    assert result.exit_code == 2 and "budget exceeded" in result.output
+    assert result.exit_code == 1 and "budget exceeded" in result.output
     assert forward_calls == [] and not out.exists() and _show(runner, ledger, "clinic")["charges"] == []
 
 
@@ -222,7 +222,7 @@ def test_public_data_that_is_private_is_refused_before_any_forward_pass(
         "query": ["--heads", "layers:0", "--query", str(public_dir / "img" / "copy3.png")],
     }[kind]
     result = runner.invoke(main, _build(tiny_llava_path, records_file, out, *option))
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 1, result.output
     expected = "1 private record" if kind == "query" else "3 of the 11 public records"
     assert expected in result.output and forward_calls == [] and not out.exists()
 

@@ -163,7 +163,7 @@ def test_a_locked_ledger_is_waited_for_with_a_message_and_a_bound(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 1, result.output
     assert "waiting" in result.output and "--ledger-timeout" in result.output
     assert forward_calls == [] and waited_s < 60
     assert _show(runner, ledger, "clinic")["charges"] == []

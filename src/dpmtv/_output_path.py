@@ -35,6 +35,7 @@ def check_output_path(out: Path, *, force: bool, protected: Mapping[str, Path]) 
     ("the ledger") to a path that must never be replaced (a folder protects what is in it)."""
     for what, path in protected.items():
         _refuse_if_same(out, path, what)
+    _refuse_a_foreign_card(out)
     if not os.path.lexists(out):
         return
     try:
@@ -56,6 +57,19 @@ def check_output_path(out: Path, *, force: bool, protected: Mapping[str, Path]) 
         )
     if not force:
         raise ParameterError(f"--out '{out}' already exists; add --force to replace it")
+
+
+def _refuse_a_foreign_card(out: Path) -> None:
+    """The model card goes beside the artifact (``task.README.md``); a file there that dpmtv did
+    not write is never replaced."""
+    from dpmtv.card import card_path, is_dpmtv_card
+
+    card = card_path(out)
+    if os.path.lexists(card) and not is_dpmtv_card(card):
+        raise ParameterError(
+            f"--out '{out}': its model card would be written to '{card}', which exists and is not a "
+            "dpmtv card; dpmtv never replaces other files: choose another --out or move that file"
+        )
 
 
 def check_not_an_input(out: Path, paths: Iterable[Path], what: str) -> None:

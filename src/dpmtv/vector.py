@@ -31,6 +31,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpmtv._artifact_claim import check_privacy_claim
+from dpmtv.card import write_card
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
@@ -144,7 +145,8 @@ def tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
 
 
 def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
-    """Write atomically: a temporary file in the target folder, then a rename."""
+    """Write atomically: a temporary file in the target folder, then a rename; then the model
+    card beside it (:func:`dpmtv.card.write_card`)."""
     path = Path(path)
     tensors = vector._tensors()
     metadata = vector.metadata.model_copy(update={"tensors_sha256": tensors_sha256(tensors)})
@@ -162,6 +164,7 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    write_card(metadata, path, file_mode=default_file_mode())  # beside it: public metadata only
     return path
 
 

@@ -39,7 +39,7 @@ def test_cli_refuses_non_private_methods_without_the_switch(tmp_path):
         out = tmp_path / f"out-{methods}"
         args = ["eval", "--model", str(tmp_path / "no-model"), "--data", str(data), "--eval-data", str(data)]
         result = CliRunner().invoke(main, [*args, "--methods", methods, "--out", str(out)])
-        assert result.exit_code == 2, result.output
+        assert result.exit_code == 1, result.output
         assert "--non-private" in result.output and methods.split(",")[-1] in result.output
         assert "Traceback" not in result.output and not out.exists()
 

@@ -98,7 +98,7 @@ def test_cli_adapter_and_trust_remote_code_options(tmp_path):
         "--quiet",
     ]
     refused = CliRunner().invoke(main, args)
-    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output
+    assert refused.exit_code == 1 and "--trust-remote-code" in refused.output
     result = CliRunner().invoke(main, [*args, "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "heads.json").is_file()

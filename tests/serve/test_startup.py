@@ -40,7 +40,7 @@ def test_cli_refuses_a_bad_vector_before_serving(tiny_llava_path, tampered_vecto
     result = CliRunner().invoke(
         main, ["serve", "--model", str(tiny_llava_path), "--vector", f"bad={tampered_vector}", "--port", "1"]
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "vector 'bad' refused" in result.output and "has been modified" in result.output
 
 

@@ -4,6 +4,7 @@ click command named ``command``; modules are discovered and registered automatic
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import pkgutil
 import sys
@@ -13,7 +14,10 @@ import click
 from dpmtv.cli._common import DpmtvGroup
 
 
-@click.group(cls=DpmtvGroup)
+# Every option can also come from the environment: DPMTV_<COMMAND>_<OPTION> (click's
+# auto_envvar_prefix, e.g. DPMTV_BUILD_EPSILON), and the shared model options from DPMTV_MODEL,
+# DPMTV_DEVICE and DPMTV_DTYPE; a flag on the command line wins (docs/cli.md).
+@click.group(cls=DpmtvGroup, context_settings={"auto_envvar_prefix": "DPMTV"})
 @click.version_option(package_name="dpmtv")
 @click.option(
     "--verbose", is_flag=True, help="Show the libraries' own progress bars and logs (transformers, datasets)."
@@ -30,11 +34,15 @@ def _library_output(*, verbose: bool) -> None:
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         os.environ[name] = "0" if verbose else "1"
     os.environ["TRANSFORMERS_VERBOSITY"] = "info" if verbose else "error"
+    # torchao (the quantization extra) logs every optional CUDA kernel it cannot load at import;
+    # torch logs deprecations of its pytree registry there too
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
     if "transformers" in sys.modules:
-        from transformers.utils import logging
+        from transformers.utils import logging as transformers_logging
 
-        logging.enable_progress_bar() if verbose else logging.disable_progress_bar()
-        logging.set_verbosity_info() if verbose else logging.set_verbosity_error()
+        transformers_logging.enable_progress_bar() if verbose else transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_info() if verbose else transformers_logging.set_verbosity_error()
 
 
 for _module in pkgutil.iter_modules(__path__):

@@ -4,4 +4,5 @@ import sys
 
 from dpmtv.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (e.g. to list the package) runs nothing
+    sys.exit(main(prog_name="dpmtv"))

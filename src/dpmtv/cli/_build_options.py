@@ -220,4 +220,10 @@ _OPTIONS = [
     ),
     ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here"),
     click.option("--quiet", is_flag=True, help="No progress bar."),
+    click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print the summary as one JSON object on stdout (progress stays on stderr).",
+    ),
 ]

@@ -12,15 +12,26 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dpmtv.errors import DpmtvError
+from dpmtv.errors import DpmtvError, HeadSpecError, ParameterError
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)  # progress, warnings and errors: stdout stays for results
 _warnings_shown: set[str] = set()
 
 
+USAGE_ERROR_EXIT = 2  # click's convention: the command line itself is wrong
+FAILURE_EXIT = 1  # a refusal or a failure of a well-formed command (docs/cli.md)
+# Library errors that say an option's value or combination is wrong: usage errors. Every other
+# DpmtvError (a record, a ledger, the model, an artifact, a privacy refusal) is a failure.
+_USAGE_ERRORS = (ParameterError, HeadSpecError)
+
+
 class DpmtvCommandError(click.ClickException):
-    exit_code = 2
+    """A library error shown as one ``error:`` line; exit 2 for usage errors, else 1."""
+
+    def __init__(self, error: DpmtvError):
+        super().__init__(str(error))
+        self.exit_code = USAGE_ERROR_EXIT if isinstance(error, _USAGE_ERRORS) else FAILURE_EXIT
 
     def show(self, file=None) -> None:
         # escape: user text such as "[layer, head]" must not be read as rich markup
@@ -41,53 +52,89 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 class DpmtvGroup(click.Group):
-    """Turns the library's own errors into one clear line and exit code 2, no traceback, and
-    Python warnings into ``warning:`` lines (no source line)."""
+    """Turns the library's own errors into one clear line and exit code 2 (usage) or 1
+    (refusal, failure), no traceback, and Python warnings into ``warning:`` lines (no source
+    line)."""
 
     def invoke(self, ctx):
         _warnings_shown.clear()
         with warnings.catch_warnings():
+            # dpmtv's own advisories are UserWarnings: shown as lines here (deduplicated by
+            # print_warning), whatever filter the caller set (the test suite turns warnings into errors)
+            warnings.simplefilter("always", UserWarning)
             warnings.showwarning = _show_warning
             try:
                 return super().invoke(ctx)
             except DpmtvError as exc:
-                raise DpmtvCommandError(str(exc)) from exc
+                raise DpmtvCommandError(exc) from exc
 
 
 DTYPES = ("float32", "bfloat16", "float16")
 
-
-def model_options(function):
-    """``--model``, ``--dtype``, ``--device``, ``--adapter`` and ``--trust-remote-code``: shared by
-    every command that loads a model. The last two reach ``load_model`` through
-    ``remote_code_options``, so the commands' own signatures do not change."""
-
-    command = function
-
-    @functools.wraps(command)
-    def with_remote_code_options(*args, adapter_spec, trust_remote_code, **kwargs):
-        from dpmtv.models.loading import remote_code_options
-
-        with remote_code_options(adapter_spec=adapter_spec, trust_remote_code=trust_remote_code):
-            return command(*args, **kwargs)
-
-    function = click.option(
-        "--trust-remote-code",
-        is_flag=True,
-        help="Run the checkpoint's own Python code (transformers' trust_remote_code=True); only "
-        "for checkpoints whose source you trust.",
-    )(with_remote_code_options)
-    function = click.option(
+_LOAD_OPTIONS = (
+    click.option(
         "--adapter",
         "adapter_spec",
         type=click.Path(exists=True, dir_okay=False),
         help="Adapter spec (JSON) for a checkpoint transformers cannot load natively, e.g. "
         "docs/adapters/qwen-vl-chat.json.",
-    )(function)
+    ),
+    click.option(
+        "--trust-remote-code",
+        is_flag=True,
+        help="Run the checkpoint's own Python code (transformers' trust_remote_code=True); only "
+        "for checkpoints whose source you trust.",
+    ),
+    click.option(
+        "--revision",
+        help="Hub revision (branch, tag or commit) of a hub-id --model; the config, weights and "
+        "processor all come from that snapshot.",
+    ),
+    click.option(
+        "--attn-implementation",
+        help="transformers' attn_implementation (eager, sdpa, flash_attention_2, ...); the "
+        "patched heads are the attention output projection's inputs under any of them.",
+    ),
+    click.option(
+        "--adapter-weights",
+        type=click.Path(exists=True, file_okay=False),
+        help="Folder of a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors) "
+        "merged into --model; the model fingerprint covers it (needs the lora extra).",
+    ),
+)
+_LOAD_OPTION_NAMES = (
+    "adapter_spec",
+    "trust_remote_code",
+    "revision",
+    "attn_implementation",
+    "adapter_weights",
+)
+
+
+def model_options(function):
+    """``--model``, ``--dtype``, ``--device`` and the loading options (``--adapter``,
+    ``--trust-remote-code``, ``--revision``, ``--attn-implementation``, ``--adapter-weights``):
+    shared by every command that loads a model. The loading options reach ``load_model`` through
+    ``load_options``, so the commands' own signatures do not change."""
+
+    command = function
+
+    @functools.wraps(command)
+    def with_load_options(*args, **kwargs):
+        from dpmtv.models.loading import load_options
+
+        options = {name: kwargs.pop(name) for name in _LOAD_OPTION_NAMES}
+        with load_options(**options):
+            return command(*args, **kwargs)
+
+    function = with_load_options
+    for option in reversed(_LOAD_OPTIONS):
+        function = option(function)
     function = click.option(
         "--device",
         default="cpu",
         show_default=True,
+        envvar="DPMTV_DEVICE",
         help="torch device: cpu, cuda, cuda:N, auto (the GPU if torch sees one, else the CPU), or "
         "map:auto / map:balanced to spread a large model over the GPUs (transformers' device_map; "
         "needs the device-map extra). Clipping, sums and noise always run in float64 on the CPU.",
@@ -96,6 +143,7 @@ def model_options(function):
         "--dtype",
         default="float32",
         show_default=True,
+        envvar="DPMTV_DTYPE",
         type=click.Choice(DTYPES),
         help="Weights and forward-pass dtype (bfloat16 halves memory on a GPU); the captured head "
         "outputs are cast to float32 before anything else.",
@@ -105,6 +153,7 @@ def model_options(function):
         "model_path",
         default="embedded",
         show_default=True,
+        envvar="DPMTV_MODEL",
         help="Local checkpoint folder, hub id, or 'embedded' (the packaged model).",
     )(function)
 

@@ -56,9 +56,23 @@ def ray_executor(ray_address, workers, gpus_per_worker, loaded, *, dtype, device
         return contextlib.nullcontext(None)
     from dpmtv.distributed import RayExecutor
     from dpmtv.executor import ModelSource
-    from dpmtv.models.loading import current_remote_code_options
+    from dpmtv.models.loading import current_load_options
 
-    remote = current_remote_code_options()
+    remote = current_load_options()
+    not_sent = [
+        flag
+        for flag, value in (
+            ("--revision", remote.revision),
+            ("--attn-implementation", remote.attn_implementation),
+            ("--adapter-weights", remote.adapter_weights),
+        )
+        if value is not None
+    ]
+    if not_sent:  # the workers would load another model than the driver's
+        raise ParameterError(
+            f"{', '.join(not_sent)} cannot be combined with --ray yet (the Ray workers would load "
+            "--model without it)"
+        )
     source = ModelSource(
         loaded.name_or_path,
         dtype=dtype,

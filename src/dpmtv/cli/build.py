@@ -15,6 +15,7 @@ from dpmtv._output_path import (
     check_output_space,
     prepare_output_folder,
 )
+from dpmtv.cli._build_config import EXAMPLES, GroupedHelpCommand, config_options, print_json_summary
 from dpmtv.cli._build_options import build_options
 from dpmtv.cli._common import (
     console,
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
     from dpmtv.pipeline.settings import BuildSettings
 
 
-@click.command(name="build")
+@click.command(name="build", cls=GroupedHelpCommand, epilog=EXAMPLES)
 @build_options
+@config_options
 def command(**options) -> None:
     """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.data import load_records
@@ -61,6 +63,9 @@ def command(**options) -> None:
     result = _build(loaded, records, heads, settings, options, charge)
     for note in result.warnings:
         print_warning(note)
+    if options["as_json"]:
+        print_json_summary(result.path, ledger_status=charge.status() if charge is not None else None)
+        return
     print_vector_summary(result.vector.metadata, path=result.path)
     if charge is not None:
         _print_charge(charge)

@@ -4,17 +4,33 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import print_vector_summary
+from dpmtv.cli._common import print_vector_summary, print_warning
+from dpmtv.models.registry import UNTESTED_WARNING, is_contract_tested
 
 
 @click.command(name="inspect")
 @click.argument("artifact", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the full metadata as JSON.")
-def command(artifact, as_json):
+@click.option(
+    "--card",
+    "as_card",
+    is_flag=True,
+    help="Print the vector's model card (what task.README.md beside it holds), rendered from the "
+    "verified metadata.",
+)
+def command(artifact, as_json, as_card):
     """Show a task vector's guarantee, model and parameters (verifies its hash)."""
     from dpmtv.vector import load_task_vector
 
     vector = load_task_vector(artifact)
+    model_type = str(vector.metadata.model.get("model_type"))
+    if not is_contract_tested(model_type):
+        print_warning(UNTESTED_WARNING.format(model_type=model_type))
+    if as_card:
+        from dpmtv.card import render_card
+
+        click.echo(render_card(vector.metadata, artifact_name=Path(artifact).name), nl=False)
+        return
     if as_json:
         click.echo(vector.metadata.model_dump_json(indent=2))
         return

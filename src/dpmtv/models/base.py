@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # annotations only: HeadGeometry (artifacts, head specs) must
     from torch import nn
 
 from dpmtv.errors import AdapterError
+from dpmtv.models.chat_format import render_conversation
 from dpmtv.prompts import Prompt, chat_messages
 
 
@@ -62,13 +63,17 @@ class ModelAdapter:
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
-        """The family's processor; families whose stock processor needs torchvision override."""
-        from transformers import AutoProcessor
+        """The family's processor (``AutoProcessor``, or the stock class without its video
+        processor, :mod:`dpmtv.models.processors`); families with other needs override."""
+        from transformers import AutoConfig
 
-        processor = AutoProcessor.from_pretrained(path)
+        from dpmtv.models.processors import load_stock_or_image_only
+
+        model_type = AutoConfig.from_pretrained(path).model_type
+        processor = load_stock_or_image_only(path, model_type, cls.display_name or model_type)
         if not hasattr(processor, "tokenizer"):
             raise AdapterError(
-                f"{cls.display_name}: AutoProcessor at '{path}' returned only "
+                f"{cls.display_name or model_type}: AutoProcessor at '{path}' returned only "
                 f"{type(processor).__name__}, not a multimodal processor"
             )
         return processor
@@ -115,14 +120,10 @@ class ModelAdapter:
         return self.processor.tokenizer
 
     def render_text(self, prompt: Prompt) -> str:
-        """The prompt as text in the family's format (the checkpoint's chat template)."""
-        if not getattr(self.processor, "chat_template", None):
-            raise AdapterError(
-                f"{self.display_name}: the processor has no chat template; add one to the "
-                "checkpoint folder (chat_template.jinja) so dpmtv knows the prompt format"
-            )
-        return self.processor.apply_chat_template(
-            chat_messages(prompt), add_generation_prompt=True, tokenize=False
+        """The prompt as text in the family's format: the checkpoint's chat template, else the
+        tokenizer's, else dpmtv's generic format (:mod:`dpmtv.models.chat_format`)."""
+        return render_conversation(
+            self.processor, chat_messages(prompt), add_generation_prompt=True, family=self.display_name
         )
 
     def render_with_answer(self, prompt: Prompt, answer: str) -> str:
@@ -130,7 +131,9 @@ class ModelAdapter:
         filled in), in the same format as :meth:`render_text`."""
         messages = chat_messages(prompt)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-        return self.processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+        return render_conversation(
+            self.processor, messages, add_generation_prompt=False, family=self.display_name
+        )
 
     def processor_images(self, prompts: Sequence[Prompt]) -> list:
         """Images in the layout the family's processor expects (default: one list per prompt)."""
@@ -138,13 +141,37 @@ class ModelAdapter:
 
     def encode(self, prompts: Sequence[Prompt]) -> dict[str, torch.Tensor]:
         """Left-padded batch of model inputs, so position -1 is every row's real last token."""
+        self._check_image_count(prompts)
         self.tokenizer.padding_side = "left"
         texts = [self.render_text(prompt) for prompt in prompts]
         kwargs: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
         if any(prompt.all_images() for prompt in prompts):
             kwargs["images"] = self.processor_images(prompts)
-        batch = self.processor(**kwargs)
+        batch = self._run_processor(kwargs)
         return {key: value.to(self.input_device) for key, value in batch.items()}
+
+    max_images_per_prompt: int | None = None  # families whose processor cannot interleave images
+    single_image_reason = ""
+
+    def _check_image_count(self, prompts: Sequence[Prompt]) -> None:
+        limit = self.max_images_per_prompt
+        most = max((len(prompt.all_images()) for prompt in prompts), default=0)
+        if limit is not None and most > limit:
+            raise AdapterError(
+                f"{self.display_name}: a prompt with {most} images is refused: this family takes "
+                f"at most {limit} image per prompt ({self.single_image_reason}); a many-shot prompt "
+                "interleaves one image per demonstration"
+            )
+
+    def _run_processor(self, kwargs: dict[str, Any]) -> Any:
+        from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
+
+        family = getattr(self.model.config, "model_type", self.display_name)
+        try:
+            return self.processor(**kwargs)
+        except PROCESSOR_ERRORS as exc:
+            what = f"{type(self.processor).__name__} could not encode a prompt"
+            raise processor_error(self.display_name, family, what, exc) from exc
 
     @property
     def eos_token_ids(self) -> list[int]:

@@ -6,6 +6,8 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from dpmtv.models.lora import CONFIG_KEY as LORA_CONFIG_KEY
+
 if TYPE_CHECKING:  # torch loads on first use: reading an artifact's identity fields needs none
     from dpmtv.models.base import ModelAdapter
 
@@ -34,15 +36,30 @@ def attention_weights_sha256(adapter: ModelAdapter) -> str:
     """SHA-256 of every layer's o_proj weight, rounded to bfloat16.
 
     Rounding makes a float32 and a bfloat16 load of the same checkpoint agree; a float16 load
-    may differ (double rounding), which the mismatch message points out.
+    may differ (double rounding), which the mismatch message points out. A quantised weight
+    (a tensor subclass such as torchao's ``Int8Tensor``) is hashed as it is stored: each inner
+    tensor (the integer data, the scales) by name, dtype, shape and bytes, so the fingerprint
+    covers the quantised values themselves and differs from the unquantised checkpoint's.
     """
-    import torch
-
     digest = hashlib.sha256()
     for o_proj in adapter.o_projs:
-        weight = _weight_on_cpu(o_proj).to(dtype=torch.bfloat16).contiguous()
-        digest.update(weight.view(torch.int16).numpy().tobytes())
+        _hash_weight(digest, _weight_on_cpu(o_proj))
     return digest.hexdigest()
+
+
+def _hash_weight(digest, weight) -> None:
+    import torch
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if not is_traceable_wrapper_subclass(weight):
+        digest.update(weight.to(dtype=torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes())
+        return
+    digest.update(type(weight).__name__.encode())
+    names, _ = weight.__tensor_flatten__()
+    for name in sorted(names):
+        inner = getattr(weight, name).detach().to("cpu").contiguous()
+        digest.update(f"{name}:{inner.dtype}:{tuple(inner.shape)}".encode())
+        digest.update(inner.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 def _weight_on_cpu(linear):
@@ -72,7 +89,26 @@ def model_identity(adapter: ModelAdapter, name_or_path: str) -> dict[str, Any]:
         "head_dim": geometry.head_dim,
         "config_sha256": config_sha256(config),
         "attention_weights_sha256": attention_weights_sha256(adapter),
+        # informative; both are inside config_sha256, which is checked
+        "quantization": _quantization(config),
+        "lora_adapter": getattr(config, LORA_CONFIG_KEY, None),
     }
+
+
+def _quantization(config: Any) -> str | None:
+    """The quantisation method and type of a quantised checkpoint (e.g. ``torchao
+    Int8WeightOnlyConfig``), else None."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return None
+    fields = quantization if isinstance(quantization, dict) else quantization.to_dict()
+    method = str(getattr(fields.get("quant_method"), "value", fields.get("quant_method")))
+    kind = fields.get("quant_type")
+    if isinstance(kind, dict):  # torchao: {"default": {"_type": "Int8WeightOnlyConfig", ...}}
+        kind = ",".join(
+            sorted({str(v.get("_type", v)) if isinstance(v, dict) else str(v) for v in kind.values()})
+        )
+    return f"{method} {kind}" if kind else method
 
 
 # Fields that must match for a vector to be applied; name/path and revision are informative.

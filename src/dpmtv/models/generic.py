@@ -108,8 +108,12 @@ class GenericAdapter(ModelAdapter):
     o_proj_path = ""
 
     def __init__(self, model: nn.Module, processor: Any):
+        from dpmtv.models.registry import SINGLE_IMAGE
+
         self.family = model.config.model_type
         self.display_name = type(self).display_name or self.family
+        if self.family in SINGLE_IMAGE:
+            self.max_images_per_prompt, self.single_image_reason = 1, SINGLE_IMAGE[self.family]
         super().__init__(model, processor)
 
     @classmethod

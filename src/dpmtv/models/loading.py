@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -15,7 +17,8 @@ from torch import nn
 
 from dpmtv.errors import ModelError, UnsupportedModelError
 from dpmtv.models.base import HeadGeometry, ModelAdapter
-from dpmtv.models.registry import adapter_for
+from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
+from dpmtv.models.registry import UNTESTED_WARNING, adapter_for, is_contract_tested
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,28 +42,36 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
-class RemoteCodeOptions:
+class LoadOptions:
+    """How :func:`load_model` loads a checkpoint beyond its path, dtype and device: a declarative
+    adapter spec, remote code, a hub revision, transformers' attention implementation and a PEFT
+    LoRA adapter merged into the weights."""
+
     adapter_spec: str | Path | None = None
     trust_remote_code: bool = False
+    revision: str | None = None
+    attn_implementation: str | None = None
+    adapter_weights: str | Path | None = None
 
 
-_REMOTE_CODE_OPTIONS: ContextVar[RemoteCodeOptions | None] = ContextVar("dpmtv_remote_code", default=None)
+_LOAD_OPTIONS: ContextVar[LoadOptions | None] = ContextVar("dpmtv_load_options", default=None)
 
 
 @contextmanager
-def remote_code_options(*, adapter_spec: str | Path | None, trust_remote_code: bool) -> Iterator[None]:
-    """Defaults for :func:`load_model`'s ``adapter_spec``/``trust_remote_code`` inside the block."""
-    token = _REMOTE_CODE_OPTIONS.set(RemoteCodeOptions(adapter_spec, trust_remote_code))
+def load_options(**options: Any) -> Iterator[None]:
+    """Defaults for :func:`load_model`'s keyword arguments of :class:`LoadOptions` inside the
+    block (how the CLI's shared model options reach every command)."""
+    token = _LOAD_OPTIONS.set(LoadOptions(**options))
     try:
         yield
     finally:
-        _REMOTE_CODE_OPTIONS.reset(token)
+        _LOAD_OPTIONS.reset(token)
 
 
-def current_remote_code_options() -> RemoteCodeOptions:
-    """The enclosing :func:`remote_code_options` (defaults outside any block), e.g. to load the
-    same model again in another process."""
-    return _REMOTE_CODE_OPTIONS.get() or RemoteCodeOptions()
+def current_load_options() -> LoadOptions:
+    """The enclosing :func:`load_options` (defaults outside any block), e.g. to load the same
+    model again in another process."""
+    return _LOAD_OPTIONS.get() or LoadOptions()
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -116,6 +127,7 @@ def read_head_geometry(name_or_path: str | Path) -> HeadGeometry:
 
     path = resolve_model_path(name_or_path)
     _check_local_folder(path)
+    path = resolve_revision(path, current_load_options().revision)
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
@@ -134,40 +146,125 @@ def _check_local_folder(path: str) -> None:
 
 
 def load_model(
-    name_or_path: str | Path,
+    name_or_path: str | Path | nn.Module,
     *,
-    dtype: str = "float32",
-    device: str = "cpu",
-    adapter_spec: str | Path | None = None,
-    trust_remote_code: bool | None = None,
+    processor: Any = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    **options: Any,
 ) -> LoadedModel:
-    """Load through ``AutoModelForImageTextToText`` and the family's adapter, or, with
-    ``adapter_spec`` (a JSON file, see :mod:`dpmtv.models.spec`), through the spec's model class
-    and declarative adapter. ``trust_remote_code`` runs the checkpoint's own Python code; it is
-    never on unless the caller asks. Both default to the enclosing :func:`remote_code_options`
-    block (how the CLI's ``--adapter``/``--trust-remote-code`` reach every command)."""
-    defaults = _REMOTE_CODE_OPTIONS.get() or RemoteCodeOptions()
-    adapter_spec = defaults.adapter_spec if adapter_spec is None else adapter_spec
-    trust_remote_code = defaults.trust_remote_code if trust_remote_code is None else trust_remote_code
+    """Load a checkpoint, or wrap a model the caller already holds.
+
+    A folder or hub id loads through ``AutoModelForImageTextToText`` and the family's adapter, or,
+    with ``adapter_spec`` (a JSON file, see :mod:`dpmtv.models.spec`), through the spec's model
+    class and declarative adapter; ``dtype`` defaults to float32 and ``device`` to the CPU.
+    ``options`` are :class:`LoadOptions` fields (``adapter_spec``, ``trust_remote_code``,
+    ``revision``, ``attn_implementation``, ``adapter_weights``); each defaults to the enclosing
+    :func:`load_options` block. ``trust_remote_code`` runs the checkpoint's own Python code and is
+    never on unless asked.
+
+    An already constructed transformers model (loaded with the caller's own revision, attention
+    implementation, device map or quantisation config) is passed with its ``processor``; it is
+    used as it is (put in eval mode, neither moved nor cast), so ``dtype``/``device`` and the
+    loading options do not apply."""
+    if isinstance(name_or_path, nn.Module):
+        if dtype is not None or device is not None or options:
+            raise ModelError(
+                "load_model(model, processor=...) uses the model as it was loaded; dtype, device "
+                f"and loading options ({', '.join(sorted(options)) or 'dtype/device'}) apply only "
+                "when dpmtv loads the checkpoint itself"
+            )
+        return wrap_loaded_model(name_or_path, processor)
+    opts = dataclasses.replace(current_load_options(), **options)
+    if opts.adapter_weights is not None and opts.adapter_spec is not None:
+        raise ModelError("--adapter-weights (a LoRA adapter) cannot be combined with --adapter spec.json yet")
     path = resolve_model_path(name_or_path)
     _check_local_folder(path)
-    if adapter_spec is not None:
-        return _load_with_spec(
-            path, adapter_spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code
-        )
+    files = resolve_revision(path, opts.revision)
+    load = {"dtype": dtype or "float32", "device": device or "cpu"}
+    if opts.attn_implementation is not None:
+        load["attn_implementation"] = opts.attn_implementation
+    if opts.adapter_spec is not None:
+        loaded = _load_with_spec(files, opts.adapter_spec, trust_remote_code=opts.trust_remote_code, **load)
+    else:
+        loaded = _load_auto(files, trust_remote_code=opts.trust_remote_code, **load)
+    loaded.name_or_path = path
+    if opts.adapter_weights is not None:
+        from dpmtv.models.lora import merge_lora_adapter
+
+        merge_lora_adapter(loaded, opts.adapter_weights)
+    return loaded
+
+
+def _load_auto(path: str, *, trust_remote_code: bool, **load: Any) -> LoadedModel:
     from transformers import AutoModelForImageTextToText
 
     config = _read_config(path, trust_remote_code)
     adapter_cls = adapter_for(config.model_type)
-    processor = adapter_cls.load_processor(path)
+    warn_if_untested(config.model_type)
     try:
-        model = _from_pretrained(AutoModelForImageTextToText, path, dtype=dtype, device=device)
+        processor = adapter_cls.load_processor(path)
+    except PROCESSOR_ERRORS as exc:  # a family file's own loading; the generic one names itself
+        name = adapter_cls.display_name or config.model_type
+        raise processor_error(name, config.model_type, f"cannot load the processor at '{path}'", exc) from exc
+    try:
+        model = _from_pretrained(AutoModelForImageTextToText, path, **load)
     except ValueError as exc:
+        if "attn_implementation" in str(exc):
+            raise ModelError(
+                f"--attn-implementation {load.get('attn_implementation')}: {exc}".splitlines()[0]
+            ) from exc
         raise UnsupportedModelError(
             f"model_type '{config.model_type}' at '{path}' is not an image-text-to-text model "
             f"transformers can load ({exc}); for a remote-code checkpoint pass --adapter spec.json"
         ) from exc
     return LoadedModel(model, processor, adapter_cls(model, processor), path, _read_defaults(path))
+
+
+def wrap_loaded_model(model: nn.Module, processor: Any) -> LoadedModel:
+    """A :class:`LoadedModel` around a model and processor the caller constructed."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "get_decoder"):
+        raise ModelError(
+            f"load_model got a {type(model).__name__}, not a transformers model "
+            "(a PreTrainedModel with a config); pass a checkpoint folder or the model "
+            "AutoModelForImageTextToText.from_pretrained returned"
+        )
+    if processor is None:
+        raise ModelError(
+            f"load_model({type(model).__name__}) needs processor=: the processor the model was "
+            "loaded with (AutoProcessor.from_pretrained of the same checkpoint)"
+        )
+    adapter = adapter_for(config.model_type)(model.eval(), processor)
+    warn_if_untested(config.model_type)
+    name = str(getattr(model, "name_or_path", "") or getattr(config, "_name_or_path", "") or "")
+    defaults = _read_defaults(name) if name and Path(name).is_dir() else {}
+    return LoadedModel(model, processor, adapter, name or type(model).__name__, defaults)
+
+
+def warn_if_untested(model_type: str) -> None:
+    if not is_contract_tested(model_type):
+        warnings.warn(UNTESTED_WARNING.format(model_type=model_type), stacklevel=3)
+
+
+def resolve_revision(path: str, revision: str | None) -> str:
+    """The folder to load: ``path`` itself, or with ``revision`` the hub snapshot of that
+    revision (from the local cache, or fetched as ``from_pretrained`` would fetch it), so the
+    config, the weights and the processor all come from the same commit."""
+    if revision is None:
+        return path
+    if Path(path).exists():
+        raise ModelError(
+            f"--revision {revision} selects a revision of a hub model, but '{path}' is a local "
+            "folder; check that revision out into the folder instead"
+        )
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(path, revision=revision)
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        raise ModelError(f"cannot find revision '{revision}' of '{path}': {exc}") from exc
 
 
 def _read_config(path: str, trust_remote_code: bool) -> Any:
@@ -185,9 +282,7 @@ def _read_config(path: str, trust_remote_code: bool) -> Any:
         raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc
 
 
-def _load_with_spec(
-    path: str, spec_file: str | Path, *, dtype: str, device: str, trust_remote_code: bool
-) -> LoadedModel:
+def _load_with_spec(path: str, spec_file: str | Path, *, trust_remote_code: bool, **load: Any) -> LoadedModel:
     import transformers
 
     from dpmtv.models.spec import SpecAdapter, load_spec
@@ -199,7 +294,7 @@ def _load_with_spec(
         raise ModelError(
             f"adapter spec '{spec_file}': model_class '{spec.model_class}' is not a transformers Auto class"
         )
-    model = _from_pretrained(model_cls, path, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    model = _from_pretrained(model_cls, path, trust_remote_code=trust_remote_code, **load)
     processor_cls = (
         transformers.AutoProcessor if spec.images.kind == "processor" else transformers.AutoTokenizer
     )

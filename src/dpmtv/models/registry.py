@@ -28,6 +28,8 @@ GENERIC_FAMILIES: dict[str, str] = {
     "aya_vision": "Aya Vision",
     "deepseek_vl": "DeepSeek-VL",
     "gemma3": "Gemma 3",
+    "glm46v": "GLM-4.6V",
+    "glm4v_moe": "GLM-4.5V (GLM-4V-MoE)",
     "idefics2": "Idefics2",
     "idefics3": "Idefics3",
     "internvl": "InternVL",
@@ -37,6 +39,7 @@ GENERIC_FAMILIES: dict[str, str] = {
     "mistral3": "Mistral 3",
     "mllama": "Llama 3.2 Vision (Mllama)",
     "qianfan_ocr": "Qianfan-OCR",
+    "qwen3_vl_moe": "Qwen3-VL-MoE",
     "vipllava": "VipLLaVA",
 }
 
@@ -46,6 +49,35 @@ PROCESSOR_NEEDS_TORCHVISION: dict[str, str] = {
     "llama4": "Llama4ImageProcessor exists only for the torchvision backend",
     "mistral3": "PixtralProcessor imports the torchvision image-processor module",
 }
+
+# Families whose processor cannot interleave several images with text: one image per prompt.
+SINGLE_IMAGE: dict[str, str] = {
+    "fuyu": (
+        "FuyuProcessor turns one image into patch tokens placed before the text; it has no image "
+        "placeholder, so several images cannot be interleaved with the demonstrations' text"
+    ),
+    "got_ocr2": (
+        "GotOcr2Processor places its images (the pages or crops of one document) together before "
+        "the question, never interleaved with text"
+    ),
+}
+
+# The model types of the family files (dpmtv.models.families), named here so that the status of
+# a model type can be read without importing them (and transformers): `dpmtv inspect`.
+SPECIAL_CASED_TYPES = frozenset(
+    {
+        "glm4v",
+        "internvl",
+        "llava_next_video",
+        "llava_onevision",
+        "paligemma",
+        "qwen2_5_vl",
+        "qwen2_vl",
+        "qwen3_vl",
+        "smolvlm",
+        "video_llava",
+    }
+)
 
 _ENCODER_DECODER = (
     "an encoder-decoder generator: the text decoder reads the image through cross-attention to an "
@@ -141,6 +173,18 @@ def family_entry(model_type: str) -> FamilyEntry:
         reason = "layers, output projections and geometry discovered; the checkpoint's chat template"
         return FamilyEntry(model_type, GENERIC_FAMILIES[model_type], "generic", reason)
     return FamilyEntry(model_type, model_type, "untested", "generic discovery is attempted at load")
+
+
+def is_contract_tested(model_type: str) -> bool:
+    """Whether the contract suite covers ``model_type`` (or its refusal); reads no family file."""
+    return model_type in SPECIAL_CASED_TYPES or model_type in GENERIC_FAMILIES or model_type in REFUSED
+
+
+UNTESTED_WARNING = (
+    "model_type '{model_type}' is not tested by dpmtv: generic discovery found its heads, but its "
+    "processor and prompt format have not passed the adapter contract; check its answers before "
+    "relying on them (README, 'Supported model families')"
+)
 
 
 def known_model_types() -> list[str]:

@@ -43,13 +43,52 @@ CHAT_TEMPLATE = (
 
 
 def build(out_dir: Path, *, seed: int = 0) -> Path:
-    tokenizer = char_tokenizer(
+    return build_glm(
+        out_dir,
+        seed=seed,
+        config_cls=Glm4vConfig,
+        model_cls=Glm4vForConditionalGeneration,
+        processor_cls=ImageOnlyGlm4vProcessor,
+        text_model_type="glm4v_text",
+    )
+
+
+def _tokenizer():
+    return char_tokenizer(
         special_tokens=SPECIAL_TOKENS,
         bos_token=None,
         eos_token="<|endoftext|>",
         pad_token="<pad>",
         extra_special_tokens={"image_token": "<|image|>", "video_token": "<|video|>"},
     )
+
+
+def _vision_config() -> dict:
+    return dict(
+        depth=2,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_heads=2,
+        out_hidden_size=HIDDEN,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
+        temporal_patch_size=TEMPORAL_PATCH_SIZE,
+        image_size=16,
+    )
+
+
+def build_glm(
+    out_dir: Path,
+    *,
+    seed: int,
+    config_cls: type,
+    model_cls: type,
+    processor_cls: type,
+    text_model_type: str,
+    **text_overrides,
+) -> Path:
+    """A tiny GLM-4V-shaped checkpoint; the GLM-4.6V and GLM-4.5V (MoE) builders share it."""
+    tokenizer = _tokenizer()
     ids = tokenizer.convert_tokens_to_ids
     rope = {
         "rope_type": "default",
@@ -57,21 +96,16 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         "mrope_section": [2, 1, 1],
         "partial_rotary_factor": 0.5,
     }
-    config = Glm4vConfig(
+    config = config_cls(
         text_config=text_config(
-            tokenizer, "glm4v_text", num_attention_heads=2, num_key_value_heads=1, rope_parameters=rope
+            tokenizer,
+            text_model_type,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_parameters=rope,
+            **text_overrides,
         ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_heads=2,
-            out_hidden_size=HIDDEN,
-            patch_size=PATCH_SIZE,
-            spatial_merge_size=MERGE_SIZE,
-            temporal_patch_size=TEMPORAL_PATCH_SIZE,
-            image_size=16,
-        ),
+        vision_config=_vision_config(),
         image_token_id=ids("<|image|>"),
         video_token_id=ids("<|video|>"),
         image_start_token_id=ids("<|begin_of_image|>"),
@@ -85,11 +119,11 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         merge_size=MERGE_SIZE,
         temporal_patch_size=TEMPORAL_PATCH_SIZE,
     )
-    processor = ImageOnlyGlm4vProcessor(
+    processor = processor_cls(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
     return save(
-        Glm4vForConditionalGeneration,
+        model_cls,
         config,
         processor,
         out_dir,
