@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import dpmtv.pipeline.build
+import dpmtv.pipeline.tasks
 from dpmtv.errors import ParameterError
 from dpmtv.eval import LoadOptions, load_record_files
 from dpmtv.eval.methods import EvalSettings, MethodContext, MethodSpec, _dp_mtv_settings
@@ -33,13 +33,13 @@ SEEDED = BuildSettings(
 @pytest.fixture
 def counted_extractions(monkeypatch):
     calls = []
-    real = dpmtv.pipeline.build.extract_each_chunk
+    real = dpmtv.pipeline.tasks.extract_each_chunk
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dpmtv.pipeline.build, "extract_each_chunk", counting)
+    monkeypatch.setattr(dpmtv.pipeline.tasks, "extract_each_chunk", counting)
     return calls
 
 

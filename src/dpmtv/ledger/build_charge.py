@@ -14,16 +14,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from dpmtv.errors import LedgerError, ParameterError
 from dpmtv.ledger.access import check_ledger_writable
 from dpmtv.ledger.book import Ledger
 from dpmtv.ledger.charge import LedgerCharge
 from dpmtv.ledger.records import DatasetStatus, Void
-
-if TYPE_CHECKING:  # the ledger does not import the pipeline; the settings are only read
-    from dpmtv.pipeline.settings import BuildSettings
 
 __all__ = ["BuildCharge", "void_reason"]
 
@@ -73,9 +70,11 @@ class BuildCharge:
         check_ledger_writable(self.ledger, timeout_s=self.timeout_s, on_wait=on_wait)
 
     def callback(
-        self, settings: BuildSettings, *, model: str, library_version: str, artifact: Path | None
+        self, settings: Any, *, model: str, library_version: str, artifact: Path | None
     ) -> LedgerCharge:
-        """The build's ``before_noise``: it charges (or voids) once, recording public parameters."""
+        """The build's ``before_noise``: it charges (or voids) once, recording public parameters.
+        ``settings`` is the build's :class:`~dpmtv.pipeline.settings.BuildSettings`, read and not
+        imported: the ledger sits below the pipeline."""
         self.charge = LedgerCharge.for_build(
             self.ledger,
             self.dataset,
