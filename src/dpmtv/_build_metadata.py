@@ -8,6 +8,7 @@ from typing import Any
 from dpmtv._version import __version__
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.privacy import PrivatePartition, event_to_json
+from dpmtv.privacy.sensitivity import worst_case_clip_norms
 from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.settings import QueryKind
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
@@ -45,6 +46,7 @@ def artifact_metadata(
         neighbouring_relation=relation.value,
         privacy_unit=settings.privacy_unit.value,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
+        sensitivity_l2_clip_norm=sensitivity_clip_norms(clip_norms, heads, settings),
         l2_sensitivity=plan.l2_sensitivity,
         noise_std=plan.noise_std,
         noise_std_analytic=plan.noise_std_analytic if plan.noised else None,
@@ -70,6 +72,14 @@ def artifact_metadata(
         privacy=privacy,
         workers=workers,
     )
+
+
+def sensitivity_clip_norms(clip_norms, heads, settings) -> list[float]:
+    """The norms the build's Δ rests on: the released layers', or with private selection the
+    worst case over the pool's layers (``clip_norms`` then holds every pool layer)."""
+    if settings.private_selection is None:
+        return [clip_norms[layer] for layer in heads.layers]
+    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
 
 
 def prompt_metadata(settings) -> dict[str, Any]:

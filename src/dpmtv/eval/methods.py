@@ -283,7 +283,8 @@ def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> Artifa
 
     privacy = PrivacyMetadata(
         private=False, epsilon=math.inf, delta=0.0, epsilon_spent=math.inf,
-        neighbouring_relation="replace-one", l2_clip_norm=[], l2_sensitivity=math.inf,
+        neighbouring_relation="replace-one", l2_clip_norm=[], sensitivity_l2_clip_norm=[],
+        l2_sensitivity=math.inf,
         noise_std=0.0, noise_std_analytic=None, noise_std_sampler_map=None, noise_multiplier=0.0,
         noise_sampler="none", secure_noise=False, num_chunks=num_chunks,
         shots_per_chunk=ctx.settings.shots_per_chunk, num_records=len(ctx.benchmark.train),
