@@ -145,14 +145,15 @@ def clip_norms_or_auto(ctx, param, value: str | None) -> str | tuple[float, ...]
 
 def guarantee_text(privacy) -> str:
     """The one line that states what a vector guarantees (rich markup)."""
+    from dpmtv._claim_words import floating_point_caveat, seeded_noise_words
+
     p = privacy
     if p.private:
-        return f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
+        text = f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
+        caveat = floating_point_caveat(p)
+        return text + (f" [bold yellow]({caveat})[/]" if caveat else "")
     if p.noise_std > 0:
-        return (
-            f"[bold red]NO GUARANTEE (seeded noise): seed {p.insecure_seed} regenerates the noise, "
-            "so the exact mean can be recovered[/]"
-        )
+        return f"[bold red]NO GUARANTEE (seeded noise): {seeded_noise_words(p)}[/]"
     return "[bold red]NO GUARANTEE (NON-PRIVATE, ε = ∞): no noise was added[/]"
 
 
