@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 
 if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
     from dpmtv.hooks import LayerPatch
+    from dpmtv.signature import Signer
 
 FORMAT_VERSION = 3
 METADATA_KEY = "dpmtv"
@@ -103,6 +105,7 @@ class TaskVector:
     values: np.ndarray  # (K, d) float32
     metadata: ArtifactMetadata
     reference: np.ndarray | None = None  # (K, d), public
+    signer: Signer | None = None  # set when loaded with trusted keys: who signed the file
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
@@ -171,16 +174,23 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     return path
 
 
-def load_task_vector(path: str | Path) -> TaskVector:
-    """Read an artifact and verify it: format, metadata and tensor hashes, heads, finite values,
-    and the consistency of its privacy claim.
+def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = ()) -> TaskVector:
+    """Read an artifact and verify it: with ``trusted_keys`` (PEM public keys) first its signature
+    by one of them over the file's bytes (:func:`dpmtv.signature.verify_signature`); then format,
+    metadata and tensor hashes, heads, finite values, and the consistency of its privacy claim.
 
     Raises:
-        ArtifactIntegrityError: names the file and the failing check or field.
+        ArtifactIntegrityError: names the file and the failing check or field
+            (ArtifactSignatureError for the signature).
     """
     path = Path(path)
     if not path.is_file():
         raise ArtifactIntegrityError(f"task vector '{path}' does not exist")
+    signer = None
+    if trusted_keys:
+        from dpmtv.signature import verify_signature
+
+        signer = verify_signature(path, trusted_keys=trusted_keys)
     try:
         tensors = load_file(str(path))
         with open(path, "rb") as handle:
@@ -209,7 +219,7 @@ def load_task_vector(path: str | Path) -> TaskVector:
             bad = int(np.size(tensors[name]) - np.isfinite(tensors[name]).sum())
             raise ArtifactIntegrityError(f"'{path}': tensor '{name}' is not finite ({bad} NaN/inf values)")
     check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'")
-    return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"))
+    return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"), signer)
 
 
 def _check_format(path: Path, document: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ def guarantee(served: ServedVector) -> dict[str, Any]:
             key: metadata.model.get(key)
             for key in ("architecture", "model_type", "config_sha256", "attention_weights_sha256")
         },
+        "signed_by_key_sha256": served.vector.signer.key_sha256 if served.vector.signer else None,
         "created_at": metadata.created_at,
         "library_version": metadata.library_version,
     }
