@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.errors import ArtifactIntegrityError
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.privacy import analytic_gaussian_noise_multiplier, calibrate_gaussian_noise_multiplier
 from dpmtv.privacy.noise import opendp_noise_std
 from dpmtv.vector import load_task_vector
@@ -129,7 +129,7 @@ def test_the_untouched_artifacts_load(private_artifact, seeded_artifact):
 
 @pytest.fixture(scope="module")
 def selected_artifact(tiny_llava, tmp_path_factory):
-    from dpmtv.build import PrivateSelectionSettings
+    from dpmtv.pipeline.build import PrivateSelectionSettings
     from tests.conftest import write_records
 
     folder = tmp_path_factory.mktemp("forge-selected")

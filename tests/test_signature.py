@@ -9,11 +9,11 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.errors import ArtifactSignatureError
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.signature import sign_task_vector, signature_path, verify_signature
 from dpmtv.vector import load_task_vector
 from tests.test_artifact_claims import _edited

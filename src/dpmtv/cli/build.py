@@ -52,7 +52,11 @@ from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
     "see --select-k) or a saved selection JSON from `dpmtv select`.",
 )
 @click.option(
-    "--select-k", type=int, default=10, show_default=True, help="Heads picked by private selection."
+    "--select-k",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Heads picked by private selection (>= 1).",
 )
 @click.option(
     "--select-method",

@@ -33,7 +33,7 @@ from dpmtv.executor import Executor, LocalExecutor, sum_clipped_chunks
 from dpmtv.extract import extract_each_chunk, mean_selected_heads
 from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.metadata import artifact_metadata
+from dpmtv.pipeline.metadata import artifact_metadata, sensitivity_clip_norms
 from dpmtv.pipeline.partition import (
     ChunkPrompts,
     chunk_prompt,
@@ -342,9 +342,7 @@ def _pool(settings: BuildSettings, geometry) -> HeadSet:
 def _sensitivity(clip_norms, heads, settings, num_chunks, relation) -> float:
     """Δ over the released layers; with private selection, the worst case over the at most
     min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent)."""
-    norms = [clip_norms[layer] for layer in (heads.layers if heads is not None else clip_norms)]
-    if heads is None:
-        norms = sorted(norms, reverse=True)[: settings.private_selection.k]
+    norms = sensitivity_clip_norms(clip_norms, heads, settings)  # as the artifact records them
     return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=relation)
 
 

@@ -75,8 +75,9 @@ def artifact_metadata(
 
 
 def sensitivity_clip_norms(clip_norms, heads, settings) -> list[float]:
-    """The norms the build's Δ rests on: the released layers', or with private selection the
-    worst case over the pool's layers (``clip_norms`` then holds every pool layer)."""
+    """The norms the build's Δ rests on, and that the artifact records: the released layers', or
+    with private selection (``heads`` then None or the selected ones) the worst case over the
+    pool's layers, which ``clip_norms`` then holds."""
     if settings.private_selection is None:
         return [clip_norms[layer] for layer in heads.layers]
     return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
