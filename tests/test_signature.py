@@ -170,3 +170,30 @@ def test_signing_and_verifying_need_no_network(signed, keys, tmp_path, monkeypat
     target.write_bytes(signed[1.0].read_bytes())
     sign_task_vector(target, private_key=keys["other"][0])
     assert verify_signature(target, trusted_keys=[keys["other"][1]]).trusted_key == keys["other"][1]
+
+
+def test_build_sign_key_signs_and_a_bad_key_charges_nothing(keys, tiny_llava_path, records_file, tmp_path):
+    import json
+
+    from tests.test_cli import _build_args
+
+    runner = CliRunner()
+    ledger = tmp_path / "ledger.sqlite"
+    init = ["budget", "init", "clinic", "--epsilon", "5", "--delta", "1e-5", "--ledger", str(ledger)]
+    assert runner.invoke(main, init).exit_code == 0
+    charged = ["--dataset", "clinic", "--ledger", str(ledger)]
+    bad_key = tmp_path / "bad.pem"
+    bad_key.write_text("not a key\n")
+    out = tmp_path / "v.safetensors"
+    refused = runner.invoke(
+        main, _build_args(tiny_llava_path, records_file, out, "--sign-key", str(bad_key), *charged)
+    )
+    assert refused.exit_code == 2 and "bad.pem" in refused.output and not out.exists()
+    shown = runner.invoke(main, ["budget", "show", "clinic", "--ledger", str(ledger), "--json"])
+    assert json.loads(shown.stdout)["charges"] == [], shown.stdout
+    built = runner.invoke(
+        main, _build_args(tiny_llava_path, records_file, out, "--sign-key", str(keys["signer"][0]))
+    )
+    assert built.exit_code == 0, built.output
+    assert "signed by key sha256:" in " ".join(built.output.replace("│", " ").split())
+    assert load_task_vector(out, trusted_keys=[keys["signer"][1]]).signer is not None

@@ -31,6 +31,7 @@ from dpmtv.errors import ArtifactSignatureError, ParameterError
 __all__ = [
     "SIGNATURE_SUFFIX",
     "Signer",
+    "check_signing_key",
     "sign_task_vector",
     "signature_path",
     "signer_key_sha256",
@@ -59,6 +60,23 @@ def signature_path(artifact: str | Path) -> Path:
     return artifact.with_name(artifact.name + SIGNATURE_SUFFIX)
 
 
+def check_signing_key(private_key: str | Path, *, password: str | None = None) -> str:
+    """Load ``private_key`` as a signer would, before any work that it must not follow (a build
+    checks it before it charges a budget); return the SHA-256 of its public key.
+
+    Raises:
+        ParameterError: as :func:`sign_task_vector`, or the ``sign`` extra is missing.
+    """
+    _signing_config(Path(private_key), password)
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(Path(private_key).read_bytes(), password)
+    pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(pem).hexdigest()
+
+
 def sign_task_vector(artifact: str | Path, *, private_key: str | Path, password: str | None = None) -> Path:
     """Sign ``artifact`` with the PEM EC ``private_key``; write the sidecar atomically and return it.
 
@@ -69,11 +87,7 @@ def sign_task_vector(artifact: str | Path, *, private_key: str | Path, password:
     artifact, key = Path(artifact), Path(private_key)
     if not artifact.is_file():
         raise ArtifactSignatureError(f"cannot sign '{artifact}': it is not a file")
-    signing = _model_signing("signing")
-    try:
-        config = signing.Config().use_elliptic_key_signer(private_key=key, password=password)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ParameterError(f"--sign-key '{key}' is not a usable PEM EC private key: {exc}") from None
+    config = _signing_config(key, password)
     target = signature_path(artifact)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(handle)
@@ -130,6 +144,14 @@ def signer_key_sha256(artifact: str | Path) -> str | None:
     if not isinstance(hint, str) or len(hint) != 64:
         raise ArtifactSignatureError(f"'{path}' records no signer key (hint {hint!r})")
     return hint
+
+
+def _signing_config(key: Path, password: str | None):
+    signing = _model_signing("signing")
+    try:
+        return signing.Config().use_elliptic_key_signer(private_key=key, password=password)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ParameterError(f"signing key '{key}' is not a usable PEM EC private key: {exc}") from None
 
 
 def _verify(artifact: Path, public_key: Path) -> None:

@@ -26,7 +26,7 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
-from dpmtv.errors import LedgerError, ParameterError
+from dpmtv.errors import DpmtvError, LedgerError, ParameterError
 from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
@@ -227,6 +227,12 @@ from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
     help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
 )
 @ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here")
+@click.option(
+    "--sign-key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM EC private key: sign the artifact into OUT.sig (OpenSSF model-signing, no network); "
+    "readers check it with --trusted-key. The key is checked before anything is charged.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,
@@ -269,6 +275,7 @@ def command(
     ray_address,
     workers,
     gpus_per_worker,
+    sign_key,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
     from dpmtv.data import load_records
@@ -283,6 +290,10 @@ def command(
     if (head_spec is None) == (heads_from is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
     _check_auto_clip(l2_clip_norm, public_data, heads_from)
+    if sign_key is not None:  # a bad key must not surface after the charge
+        from dpmtv.signature import check_signing_key
+
+        check_signing_key(sign_key)
     void_reason = _void_reason(non_private, insecure_seed, dataset, void_budget)
     if not ledger_timeout_s >= 0:
         raise ParameterError(f"--ledger-timeout must be >= 0 seconds, got {ledger_timeout_s}")
@@ -330,9 +341,23 @@ def command(
         charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
     for note in result.warnings:
         print_warning(note)
-    print_vector_summary(result.vector.metadata, path=result.path)
+    print_vector_summary(result.vector.metadata, path=result.path, signature=_sign(result.path, sign_key))
     if charge is not None:
         _print_charge(charge)
+
+
+def _sign(path: Path, sign_key: Path | None) -> str | None:
+    """Sign the written artifact; after the charge a failure says that the charge stands."""
+    if sign_key is None:
+        return None
+    from dpmtv.signature import sign_task_vector, signer_key_sha256
+
+    try:
+        signature = sign_task_vector(path, private_key=sign_key)
+    except (DpmtvError, OSError) as exc:
+        message = f"{path} was written (its charge stands) but could not be signed: {exc}"
+        raise ParameterError(message) from exc
+    return f"signed by key sha256:{signer_key_sha256(path)[:16]}… into {signature}"
 
 
 def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
