@@ -94,9 +94,13 @@ def test_the_untouched_artifact_loads(artifact):
     assert load_task_vector(artifact).metadata.privacy.epsilon == 1.0
 
 
-def test_inspect_explains_an_old_format_artifact(artifact, tmp_path):
-    target = _edited(artifact, tmp_path / "old.safetensors", _set(None, "format_version", 1), rehash=False)
+@pytest.mark.parametrize(
+    ("version", "why"), [(1, "not covered by its hash"), (2, "not re-derived from its clip norms")]
+)
+def test_inspect_explains_an_old_format_artifact(artifact, tmp_path, version, why):
+    old = _set(None, "format_version", version)
+    target = _edited(artifact, tmp_path / "old.safetensors", old, rehash=True)
     result = CliRunner().invoke(main, ["inspect", str(target)])
     assert result.exit_code == 1
-    assert "format 1" in result.output and "not covered by its hash" in result.output
+    assert f"format {version}" in result.output and why in " ".join(result.output.split())
     assert "rebuild" in result.output and "Traceback" not in result.output

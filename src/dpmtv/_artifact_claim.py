@@ -1,32 +1,57 @@
-"""Is a loaded artifact's privacy claim consistent? Every number the claim rests on is checked
-against the others and against the calibration, so an edited or corrupt claim is refused.
+"""Is a loaded artifact's privacy claim consistent? Everything derivable is re-derived from the
+artifact's own public numbers, through the one function that computes it at build time:
 
-This is a consistency check, not a signature: whoever edits ε AND recomputes σ, the hashes and
-the noise can forge any claim. What it catches is every claim that does not follow from its own
-numbers (ε = 0.1 next to the σ of ε = 1, σ = 0, ε < 0, δ >= 1, NaN, a seeded vector marked
-private), which is what an edit by hand or a corrupt file produces.
+* the relation, the unit and the counts they make public: user level only with add-remove-one;
+  ``num_records`` recorded exactly under replace-one, and then ``m = floor(N/s)`` (halved for
+  parallel selection);
+* ``Δ`` from the clip norms, ``m`` and the relation (:func:`dpmtv.privacy.sensitivity.l2_sensitivity`),
+  over the released layers' norms, or with private selection over the recorded worst-case norms
+  (:func:`~dpmtv.privacy.sensitivity.worst_case_clip_norms`), which must dominate the released ones;
+* the accounted events: the Gaussian of ``σ/Δ``, composed with the private selection's event
+  re-planned from ``head_selection`` (:func:`dpmtv.privacy.noisy_top_k.plan_private_selection`),
+  or alone;
+* ``σ`` from the calibration of that event (:func:`dpmtv.privacy.release.calibrated_noise_std`),
+  the reference numbers ``σ_analytic`` and the sampler map's ``σ``, and ``epsilon_spent`` from the
+  PLD accountant (dp-accounting);
+* ``private`` and ``secure_noise`` from the recorded sampler.
+
+This is a consistency check, not a signature: it refuses every claim that contradicts its own
+numbers, but whoever rewrites a claim AND every number derived from it (a seeded vector
+relabelled OpenDP with the sampler map recomputed, a replace-one build relabelled add-remove-one
+with ``num_records`` dropped) forges a claim no check of the file alone can tell from a real one.
+Only a signature by a trusted key (:mod:`dpmtv.signature`) covers that; docs/design.md §5.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import dp_accounting
 
 from dpmtv.errors import ArtifactIntegrityError, DpmtvError
-from dpmtv.privacy.events import event_from_json
+from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
+from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
+from dpmtv.privacy.noisy_top_k import plan_private_selection
 from dpmtv.privacy.release import NON_PRIVATE_SAMPLER, calibrated_noise_std
+from dpmtv.privacy.sensitivity import l2_sensitivity
 
 # The calibration searches to 1e-7 relative; a recorded σ further than this from it was edited.
 NOISE_STD_RELATIVE_TOLERANCE = 1e-6
+# Numbers recomputed by the same deterministic code as at build time (Δ, σ_analytic, the
+# sampler map, the accountant's ε): equal up to rounding of the JSON round trip.
+DERIVED_RELATIVE_TOLERANCE = 1e-9
+PRIVATE_SELECTION_METHOD = "private-noisy-top-k"
 
 
-def check_privacy_claim(privacy, *, where: str) -> None:
+def check_privacy_claim(privacy, *, head_selection: dict[str, Any], where: str) -> None:
     """Raise ArtifactIntegrityError naming the first field of ``privacy`` (a
-    :class:`dpmtv.vector.PrivacyMetadata`) that contradicts the others."""
-    claim = _Claim(privacy, where)
+    :class:`dpmtv.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``."""
+    claim = _Claim(privacy, head_selection, where)
     claim.no_nan()
+    claim.relation_and_counts()
+    claim.sensitivity()
     if privacy.noise_std == 0:
         claim.without_noise()
     else:
@@ -34,8 +59,9 @@ def check_privacy_claim(privacy, *, where: str) -> None:
 
 
 class _Claim:
-    def __init__(self, privacy, where: str):
+    def __init__(self, privacy, head_selection: dict[str, Any], where: str):
         self.p, self.where = privacy, where
+        self.selection = head_selection.get("details") if _is_private(head_selection) else None
 
     def refuse(self, field: str, why: str) -> None:
         raise ArtifactIntegrityError(
@@ -48,8 +74,73 @@ class _Claim:
             value = getattr(self.p, field)
             if math.isnan(value) or value < 0:
                 self.refuse(field, "is NaN or negative")
-        if not all(math.isfinite(c) and c > 0 for c in self.p.l2_clip_norm):
-            self.refuse("l2_clip_norm", "holds a norm that is not finite and > 0")
+        for field in ("l2_clip_norm", "sensitivity_l2_clip_norm"):
+            norms = getattr(self.p, field)
+            if not norms or not all(math.isfinite(c) and c > 0 for c in norms):
+                self.refuse(field, "must hold norms that are finite and > 0")
+        if self.p.num_chunks < 1 or self.p.shots_per_chunk < 1:
+            self.refuse("num_chunks", f"and shots_per_chunk = {self.p.shots_per_chunk!r} must be >= 1")
+
+    def relation_and_counts(self) -> None:
+        """Only the unit/relation pairs a build produces, with exactly the counts they make public."""
+        p = self.p
+        if p.neighbouring_relation not in ("replace-one", "add-remove-one"):
+            self.refuse("neighbouring_relation", "is not 'replace-one' or 'add-remove-one'")
+        if p.privacy_unit not in ("record", "user"):
+            self.refuse("privacy_unit", "is not 'record' or 'user'")
+        if p.privacy_unit == "user" and p.neighbouring_relation != "add-remove-one":
+            self.refuse(
+                "privacy_unit", f"with {p.neighbouring_relation!r}: user level is add/remove one user"
+            )
+        if p.neighbouring_relation == "add-remove-one":
+            for field in ("num_records", "num_unused_records"):
+                if getattr(p, field) is not None:
+                    self.refuse(field, "is recorded under add-remove-one, where N is private")
+            return
+        if p.num_records is None or p.num_unused_records is None:
+            self.refuse("num_records", "is missing under replace-one, where N is public")
+        total = p.num_records // p.shots_per_chunk  # replace-one: m = floor(N/s)
+        parallel = self.selection is not None and self.selection.get("composition") == "parallel"
+        expected = total // 2 if parallel else total  # the release half: odd chunks
+        if p.num_chunks != expected:
+            self.refuse("num_chunks", f"is not floor(N/s) = {expected} for num_records = {p.num_records}")
+
+    def sensitivity(self) -> None:
+        """Δ = 2·sqrt(Σ C²)/m over the norms it rests on, and those norms cover the released ones."""
+        p = self.p
+        released = sorted(p.l2_clip_norm, reverse=True)
+        if self.selection is None:
+            self.same_sensitivity(p.l2_clip_norm)
+            if list(p.sensitivity_l2_clip_norm) != list(p.l2_clip_norm):
+                self.refuse(
+                    "sensitivity_l2_clip_norm",
+                    "differs from privacy.l2_clip_norm (heads not selected privately)",
+                )
+            return
+        worst = sorted(p.sensitivity_l2_clip_norm, reverse=True)
+        k = self.selection.get("k")
+        if not isinstance(k, int) or len(worst) > k or len(worst) < len(released):
+            self.refuse("sensitivity_l2_clip_norm", f"cannot be the worst case of k = {k!r} selected heads")
+        if any(w < r for w, r in zip(worst, released, strict=False)):
+            self.refuse(
+                "sensitivity_l2_clip_norm", "does not cover the released layers' privacy.l2_clip_norm"
+            )
+        self.same_sensitivity(p.sensitivity_l2_clip_norm)
+
+    def same_sensitivity(self, norms) -> None:
+        p = self.p
+        try:
+            expected = l2_sensitivity(
+                l2_clip_norms=norms, num_chunks=p.num_chunks, relation=p.neighbouring_relation
+            )
+        except DpmtvError as exc:
+            self.refuse("l2_sensitivity", f"cannot be derived ({exc})")
+        if not math.isclose(p.l2_sensitivity, expected, rel_tol=DERIVED_RELATIVE_TOLERANCE):
+            self.refuse(
+                "l2_sensitivity",
+                f"is not 2·sqrt(Σ C²)/m = {expected!r} for clip norms {list(norms)}, "
+                f"privacy.num_chunks = {p.num_chunks} and {p.neighbouring_relation}",
+            )
 
     def without_noise(self) -> None:
         p = self.p
@@ -57,6 +148,8 @@ class _Claim:
             self.refuse("noise_std", "(no noise) next to privacy.private = True")
         if not math.isinf(p.epsilon) or p.noise_sampler != NON_PRIVATE_SAMPLER:
             self.refuse("epsilon", "is claimed for a release without noise (it must be inf, sampler 'none')")
+        if self.event() != dp_accounting.NonPrivateDpEvent():
+            self.refuse("accounting_events", "is not the non-private event of a release without noise")
 
     def noised(self) -> None:
         p = self.p
@@ -71,9 +164,10 @@ class _Claim:
         if p.private != bool(sampler.secure) or p.secure_noise != bool(sampler.secure):
             secure = "secure" if sampler.secure else "seeded, NOT secure"
             self.refuse("private", f"(secure_noise = {p.secure_noise!r}) but sampler {sampler!r} is {secure}")
-        self.calibrated(sampler, self.fixed_events())
-        if p.epsilon_spent > p.epsilon:
-            self.refuse("epsilon_spent", f"exceeds privacy.epsilon = {p.epsilon!r}")
+        fixed = self.fixed_events()
+        self.calibrated(sampler, fixed)
+        self.reference_numbers(sampler)
+        self.spent(sampler)
 
     def sampler(self):
         p = self.p
@@ -88,19 +182,50 @@ class _Claim:
             self.refuse("noise_sampler", f"is not one of {sorted(samplers)} or 'seeded-numpy'")
         return samplers[p.noise_sampler]()
 
-    def fixed_events(self) -> list[dp_accounting.DpEvent]:
-        """The accounted event is the Gaussian release, alone or last in a composition."""
+    def event(self) -> dp_accounting.DpEvent:
         try:
-            event = event_from_json(self.p.accounting_events)
+            return event_from_json(self.p.accounting_events)
         except DpmtvError as exc:
             self.refuse("accounting_events", f"is not a dpmtv event ({exc})")
+
+    def fixed_events(self) -> list[dp_accounting.DpEvent]:
+        """The accounted event is the Gaussian release, alone or after the private selection's
+        event (sequential composition), which is re-planned from the recorded selection."""
+        event = self.event()
         events = list(event.events) if isinstance(event, dp_accounting.ComposedDpEvent) else [event]
         release = events[-1]
         if not isinstance(release, dp_accounting.GaussianDpEvent) or not math.isclose(
             release.noise_multiplier, self.p.noise_multiplier, rel_tol=1e-12
         ):
             self.refuse("accounting_events", "does not end with the Gaussian of privacy.noise_multiplier")
-        return events[:-1]
+        expected = self.selection_fixed_events()
+        if [event_to_json(e) for e in events[:-1]] != [event_to_json(e) for e in expected]:
+            self.refuse(
+                "accounting_events", f"is not the composition of {expected!r} with the Gaussian release"
+            )
+        return expected
+
+    def selection_fixed_events(self) -> list[dp_accounting.DpEvent]:
+        if self.selection is None:
+            return []
+        d = self.selection
+        try:
+            plan = plan_private_selection(
+                total_epsilon=self.p.epsilon,
+                total_delta=self.p.delta,
+                k=d["k"],
+                max_votes_per_chunk=d["max_votes_per_chunk"],
+                selection_fraction=d["selection_fraction"],
+                composition=d["composition"],
+            )
+        except (DpmtvError, KeyError, TypeError) as exc:
+            self.refuse("accounting_events", f"cannot be re-planned from head_selection.details ({exc!r})")
+        if (
+            d.get("event") != event_to_json(plan.event)
+            or d.get("epsilon_selection") != plan.epsilon_selection
+        ):
+            self.refuse("accounting_events", "disagrees with head_selection.details' event for its k and ε")
+        return list(plan.fixed_events)
 
     def calibrated(self, sampler, fixed: list[dp_accounting.DpEvent]) -> None:
         p = self.p
@@ -122,3 +247,38 @@ class _Claim:
             self.refuse("noise_std", f"is not the calibration {expected!r} for {numbers}")
         if not math.isclose(p.noise_multiplier * p.l2_sensitivity, p.noise_std, rel_tol=1e-9):
             self.refuse("noise_multiplier", "is not privacy.noise_std / privacy.l2_sensitivity")
+
+    def reference_numbers(self, sampler) -> None:
+        """σ_analytic = Δ·σ₁(ε, δ) and the sampler map's σ (None for samplers without one)."""
+        p = self.p
+        analytic = p.l2_sensitivity * analytic_gaussian_noise_multiplier(epsilon=p.epsilon, delta=p.delta)
+        if p.noise_std_analytic is None or not _close(p.noise_std_analytic, analytic):
+            self.refuse("noise_std_analytic", f"is not Δ·σ₁(ε, δ) = {analytic!r}")
+        mapped = sampler.privacy_map_noise_std(
+            l2_sensitivity=p.l2_sensitivity, epsilon=p.epsilon, delta=p.delta
+        )
+        if (mapped is None) != (p.noise_std_sampler_map is None) or (
+            mapped is not None and not _close(p.noise_std_sampler_map, mapped)
+        ):
+            self.refuse(
+                "noise_std_sampler_map",
+                f"is not what sampler {p.noise_sampler!r}'s own map gives ({mapped!r})",
+            )
+
+    def spent(self, sampler) -> None:
+        p = self.p
+        expected = epsilon_of(self.event(), delta=p.delta - sampler.reserved_delta(delta=p.delta))
+        if not _close(p.epsilon_spent, expected):
+            self.refuse(
+                "epsilon_spent", f"is not the accountant's {expected!r} for privacy.accounting_events"
+            )
+        if p.epsilon_spent > p.epsilon:
+            self.refuse("epsilon_spent", f"exceeds privacy.epsilon = {p.epsilon!r}")
+
+
+def _is_private(head_selection: dict[str, Any]) -> bool:
+    return head_selection.get("method") == PRIVATE_SELECTION_METHOD
+
+
+def _close(value: float, expected: float) -> bool:
+    return math.isclose(value, expected, rel_tol=DERIVED_RELATIVE_TOLERANCE)

@@ -14,10 +14,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
+# dpmtv.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector writes the card
+ArtifactMetadata = PrivacyMetadata = Any
 
 CARD_SUFFIX = ".README.md"
 

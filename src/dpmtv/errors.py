@@ -16,6 +16,7 @@ what to do about it. Catch :class:`DpmtvError` to handle anything the library ra
     │   └── AdapterError                   an adapter's sites do not resolve on the loaded model
     ├── ArtifactError
     │   ├── ArtifactIntegrityError         a tampered or unreadable artifact
+    │   │   └── ArtifactSignatureError     unsigned, signed by an untrusted key, or changed
     │   └── ModelMismatchError             artifact built for another model (names the field)
     ├── PrivacyError
     │   ├── NoiseAlreadyAddedError         a release may be noised only once
@@ -72,6 +73,11 @@ class ArtifactError(DpmtvError):
 
 class ArtifactIntegrityError(ArtifactError):
     """The artifact is unreadable, incomplete, or its tensors do not match their hash."""
+
+
+class ArtifactSignatureError(ArtifactIntegrityError):
+    """An artifact that must be signed by a trusted key is unsigned, signed by another key, or
+    changed since it was signed."""
 
 
 class ModelMismatchError(ArtifactError):

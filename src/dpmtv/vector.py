@@ -7,12 +7,15 @@ centring reference. Metadata key ``dpmtv`` holds a versioned JSON document
 the SHA-256 of that JSON text, so the metadata is hashed together with the tensors.
 
 On load (:func:`load_task_vector`): the format version, both hashes, the heads, finite tensors,
-and the consistency of the privacy claim (:mod:`dpmtv._artifact_claim`: ε > 0, δ ∈ (0, 1), σ equal
-to the calibration for Δ, ε, δ and the recorded sampler, ``private`` matching the sampler). The
-hashes detect edits by anyone who does not recompute them; they are not a signature.
+and the privacy claim, every derivable number of which is re-derived (:mod:`dpmtv._artifact_claim`:
+Δ from the clip norms, m and the relation; the counts the relation and unit make public; the
+accounted events; σ from their calibration). The hashes detect edits by anyone who does not
+recompute them; with ``trusted_keys`` the file must also carry a valid signature by one of them
+(:mod:`dpmtv.signature`), which is what detects an edit by someone who does.
 
 Format history: 1 — metadata not hashed, seeded vectors marked private (refused, explained);
-2 — metadata hashed, claims checked on load.
+2 — metadata hashed, claims checked on load, but Δ not re-derived (refused, explained);
+3 — ``privacy.sensitivity_l2_clip_norm`` recorded, every derivable number re-derived on load.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,8 +42,9 @@ from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 
 if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
     from dpmtv.hooks import LayerPatch
+    from dpmtv.signature import Signer
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
 METADATA_KEY = "dpmtv"
 METADATA_HASH_KEY = "dpmtv_sha256"  # SHA-256 of the METADATA_KEY text (which holds the tensor hash)
@@ -59,6 +64,9 @@ class PrivacyMetadata(BaseModel):
     neighbouring_relation: str
     privacy_unit: str = "record"
     l2_clip_norm: list[float]  # one per released layer, in layer order
+    # The norms Δ = 2·sqrt(Σ C²)/m is computed over: l2_clip_norm, or with private selection the
+    # worst case over the pool (dpmtv.privacy.sensitivity.worst_case_clip_norms).
+    sensitivity_l2_clip_norm: list[float]
     l2_sensitivity: float
     noise_std: float
     noise_std_analytic: float | None
@@ -98,6 +106,7 @@ class TaskVector:
     values: np.ndarray  # (K, d) float32
     metadata: ArtifactMetadata
     reference: np.ndarray | None = None  # (K, d), public
+    signer: Signer | None = None  # set when loaded with trusted keys: who signed the file
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
@@ -189,16 +198,23 @@ def default_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def load_task_vector(path: str | Path) -> TaskVector:
-    """Read an artifact and verify it: format, metadata and tensor hashes, heads, finite values,
-    and the consistency of its privacy claim.
+def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = ()) -> TaskVector:
+    """Read an artifact and verify it: with ``trusted_keys`` (PEM public keys) first its signature
+    by one of them over the file's bytes (:func:`dpmtv.signature.verify_signature`); then format,
+    metadata and tensor hashes, heads, finite values, and the consistency of its privacy claim.
 
     Raises:
-        ArtifactIntegrityError: names the file and the failing check or field.
+        ArtifactIntegrityError: names the file and the failing check or field
+            (ArtifactSignatureError for the signature).
     """
     path = Path(path)
     if not path.is_file():
         raise ArtifactIntegrityError(f"task vector '{path}' does not exist")
+    signer = None
+    if trusted_keys:
+        from dpmtv.signature import verify_signature
+
+        signer = verify_signature(path, trusted_keys=trusted_keys)
     try:
         tensors = load_file(str(path))
         with open(path, "rb") as handle:
@@ -226,8 +242,8 @@ def load_task_vector(path: str | Path) -> TaskVector:
         if name in tensors and not np.isfinite(tensors[name]).all():
             bad = int(np.size(tensors[name]) - np.isfinite(tensors[name]).sum())
             raise ArtifactIntegrityError(f"'{path}': tensor '{name}' is not finite ({bad} NaN/inf values)")
-    check_privacy_claim(metadata.privacy, where=f"'{path}'")
-    return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"))
+    check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'")
+    return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"), signer)
 
 
 def _check_format(path: Path, document: dict[str, Any]) -> None:
@@ -236,19 +252,31 @@ def _check_format(path: Path, document: dict[str, Any]) -> None:
     if version == FORMAT_VERSION:
         return
     if version == 1:
-        privacy = document.get("privacy", {})
-        claim = ", ".join(
-            f"{k} = {privacy.get(k)!r}"
-            for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
-        )
+        claim = _claim_words(document)
         raise ArtifactIntegrityError(
             f"'{path}' has format 1 (dpmtv before format {FORMAT_VERSION}); its metadata is not covered "
             "by its hash, so an edited epsilon or sigma would go unnoticed, and format-1 vectors with "
             "seeded noise claimed (epsilon, delta)-DP although their seed regenerates the noise. Its "
             f"recorded claim ({claim}) cannot be verified: rebuild the vector with this dpmtv"
         )
+    if version == 2:
+        raise ArtifactIntegrityError(
+            f"'{path}' has format 2 (dpmtv before format {FORMAT_VERSION}); its metadata is hashed, but "
+            "its L2 sensitivity was not re-derived from its clip norms and chunk count on load, so a "
+            "shrunken sensitivity (a smaller epsilon) or a relabelled neighbouring relation went "
+            f"unnoticed. Its recorded claim ({_claim_words(document)}) cannot be verified: rebuild the "
+            "vector with this dpmtv"
+        )
     raise ArtifactIntegrityError(
         f"'{path}' has format_version {version!r}; this dpmtv reads {FORMAT_VERSION}"
+    )
+
+
+def _claim_words(document: dict[str, Any]) -> str:
+    privacy = document.get("privacy", {})
+    return ", ".join(
+        f"{k} = {privacy.get(k)!r}"
+        for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 import dpmtv.pipeline.plan as plan_module
 from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.data import load_records
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
@@ -98,3 +99,44 @@ def test_the_report_names_the_worst_pair_and_writes_files(tiny_llava, user_recor
     assert paths["json"].exists() and "| user | add-remove-one |" in paths["markdown"].read_text()
     (row,) = [r for r in audit.rows() if r["change"] == "add"]
     assert row["worst_pair"]["partition_seed"] == 0 and row["pairs"] == 1
+
+
+class _CouplingExecutor(LocalExecutor):
+    """An injected coupling bug: every chunk's clipped vector is pushed along a direction chosen
+    by the WHOLE dataset (here: the number of records), then clipped again, so each chunk stays
+    inside its clip ball and the changed chunk alone moves by at most 2C — but every other chunk
+    moves too. The chunk cache keys chunks by their own records, so it cannot see this."""
+
+    def run(self, loaded, records, partition, task, *, progress=False):
+        rows = np.asarray(super().run(loaded, records, partition, task, progress=progress))
+        direction = np.zeros(rows.shape[1])
+        direction[len(records) % rows.shape[1]] = 1.0
+        shifted = rows + 0.9 * CLIP * direction
+        norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+        return shifted * np.minimum(1.0, CLIP * (1 - 1e-9) / norms)
+
+
+CLIP = 1e-3
+
+
+def test_an_injected_coupling_between_chunks_is_caught_by_the_rebuild(tiny_llava, records_file):
+    """Issue 23.5: the cached path alone passes this bug (ratios <= 1); the rebuild flags it."""
+    settings = _settings(neighbouring_relation="add-remove-one", num_chunks=8, l2_clip_norm=(CLIP,))
+    records = load_records(records_file)
+    kwargs = dict(num_partitions=2, neighbours_per_partition=2, executor=_CouplingExecutor())
+    cached_only = _audit(tiny_llava, records, settings, rebuild_pairs=0, **kwargs)
+    assert cached_only.violations == () and cached_only.worst.ratio <= 1
+    audit = _audit(tiny_llava, records, settings, rebuild_pairs=2, **kwargs)
+    rebuilt = [p for p in audit.pairs if p.rebuild_gap is not None]
+    assert len(rebuilt) == 2 and all(p in audit.violations for p in rebuilt)
+    assert min(p.rebuild_gap for p in rebuilt) > 1 and max(p.ratio_rebuilt for p in rebuilt) > 1
+
+
+def test_a_correct_build_passes_the_rebuild(tiny_llava, records_file):
+    settings = _settings(neighbouring_relation="add-remove-one", num_chunks=8)
+    audit = _audit(
+        tiny_llava, load_records(records_file), settings, num_partitions=2, neighbours_per_partition=2
+    )
+    rebuilt = [p for p in audit.pairs if p.rebuild_gap is not None]
+    assert len(rebuilt) == 2 and audit.violations == ()
+    assert max(p.rebuild_gap for p in rebuilt) < 1e-9

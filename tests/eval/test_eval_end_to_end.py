@@ -98,13 +98,17 @@ def test_dp_icl_spends_exactly_its_budget_over_the_queries(tiny_llava, record_be
 
 def test_subsampled_dp_icl_is_accounted_with_amplification_under_add_remove(tiny_llava, record_benchmark):
     settings = EvalSettings(
-        methods=parse_methods("dp-icl:2:3"), epsilons=(2.0,), queries_grid=(1, 10), **FAST
+        methods=parse_methods("dp-icl:2:3"),
+        epsilons=(2.0,),
+        queries_grid=(1, 10),
+        dp_icl_sampling_rate=0.5,
+        **FAST,
     )
     results = run_evaluation(tiny_llava, record_benchmark, settings)
     at_two = next(r for r in results.runs if r.epsilon == 2.0)
     d = at_two.details
     assert d["neighbouring_relation"] == "add-remove-one" and d["num_chunks"] == 3
-    assert d["sampling_probability"] == pytest.approx(min(1.0, 3 * 2 / 8))
+    assert d["sampling_probability"] == 0.5  # the public rate, not M·S/N
     assert d["epsilon_spent"] <= 2.0 and d["epsilon_spent"] == pytest.approx(2.0, rel=1e-2)
     assert results.queries_curve["dp_icl_relation"]["dp-icl:2:3"] == "add-remove-one"
 

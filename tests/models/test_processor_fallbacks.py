@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from dpmtv.cli import main
 from dpmtv.errors import AdapterError
-from dpmtv.models.generic import GenericAdapter
+from dpmtv.models.generic import SINGLE_IMAGE, GenericAdapter
 from dpmtv.models.loading import load_model
-from dpmtv.models.registry import GENERIC_FAMILIES, SINGLE_IMAGE
+from dpmtv.models.registry import GENERIC_FAMILIES
 from dpmtv.prompts import Example, Prompt
 from dpmtv.testing import build_tiny_checkpoint
 from tests.models.contract import random_image

@@ -13,7 +13,7 @@ from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmtv.errors import ParameterError
-from dpmtv.eval.dp_icl import ensemble_from_draws, poisson_ensemble, subsampling_probability
+from dpmtv.eval.dp_icl import ensemble_from_draws, poisson_ensemble, subsampled_ensembles
 from dpmtv.privacy import SeededGaussianSampler
 from dpmtv.privacy.noisy_vote import (
     calibrate_per_query_noise,
@@ -107,9 +107,20 @@ def test_adding_a_record_changes_at_most_the_one_prompt_it_lands_in():
             assert list(full[p][full[p] != removed]) == list(neighbour[p])
 
 
+def test_the_sampling_rate_is_public_and_does_not_depend_on_n():
+    """Issue 23.4: q was M·S/N, a function of the private N under add-remove-one. Now it is the
+    given public rate at N and N + 1 alike."""
+    rates = {
+        n: subsampled_ensembles(n, 3, shots=4, num_prompts=5, sampling_probability=0.5, seed=0)
+        for n in (20, 21, 2000)
+    }
+    assert {q for q, _ in rates.values()} == {0.5}
+    sampled = sum(len(p) for ensemble in rates[2000][1] for p in ensemble)  # Binomial(6000, 0.5)
+    assert abs(sampled - 3000) < 6 * math.sqrt(6000 * 0.25)  # 6 sd: false-failure rate < 1e-8
+
+
 def test_poisson_ensemble_sizes_and_rate():
-    q = subsampling_probability(2048, shots=4, num_prompts=64)
-    assert q == 0.125
+    q = 0.125
     rng = np.random.default_rng(0)
     sizes = [
         sum(len(m) for m in poisson_ensemble(2048, num_prompts=64, sampling_probability=q, rng=rng))

@@ -30,6 +30,7 @@ from dpmtv.privacy import (
     release_without_noise,
     seeded_rng,
 )
+from dpmtv.privacy.aggregate import summation_slack
 
 DIMS = {0: 4, 3: 6}
 
@@ -39,7 +40,9 @@ def _mean(num_chunks=5, seed=0):
     acc = ClippedSumAccumulator(DIMS)
     rows = {layer: rng.normal(size=(num_chunks, dim)) for layer, dim in DIMS.items()}
     acc.add(rows)
-    expected = {layer: r.sum(axis=0) / num_chunks for layer, r in rows.items()}
+    # one batch: its exactly rounded sum over m·(1 + κ) (dpmtv.privacy.aggregate), bitwise
+    divisor = num_chunks * (1.0 + summation_slack(num_chunks))
+    expected = {layer: np.array([math.fsum(c) for c in r.T]) / divisor for layer, r in rows.items()}
     return acc.mean(num_chunks=num_chunks), expected
 
 

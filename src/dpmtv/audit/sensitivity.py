@@ -71,6 +71,8 @@ class SensitivityPair:
     ratio: float
     l2_sensitivity: float
     l2_sensitivity_neighbour: float  # must equal l2_sensitivity (Δ may not depend on the data)
+    rebuild_gap: float | None = None  # ‖cached mean(D') − rebuilt mean(D')‖ / Δ, for rebuilt pairs
+    ratio_rebuilt: float | None = None  # ‖mean(D) − rebuilt mean(D')‖ / Δ
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class SensitivityAudit:
             for p in self.pairs
             if p.ratio > 1 + RATIO_TOLERANCE
             or not np.isclose(p.l2_sensitivity, p.l2_sensitivity_neighbour, rtol=1e-12)
+            or (p.rebuild_gap is not None and p.rebuild_gap > RATIO_TOLERANCE)
+            or (p.ratio_rebuilt is not None and p.ratio_rebuilt > 1 + RATIO_TOLERANCE)
         )
 
     def rows(self) -> list[dict[str, Any]]:
@@ -110,6 +114,10 @@ class SensitivityAudit:
                     "worst_ratio": worst.ratio,
                     "worst_pair": {"partition_seed": worst.partition_seed, "target": worst.target},
                     "violations": sum(p in self.violations for p in pairs),
+                    "rebuilt_pairs": sum(p.rebuild_gap is not None for p in pairs),
+                    "worst_rebuild_gap": max(
+                        (p.rebuild_gap for p in pairs if p.rebuild_gap is not None), default=None
+                    ),
                 }
             )
         return out
@@ -154,13 +162,16 @@ def audit_sensitivity(
     neighbours_per_partition: int = 4,
     seed: int = 0,
     executor: Executor | None = None,
+    rebuild_pairs: int = 2,
 ) -> SensitivityAudit:
     """Measure ``‖mean(D) − mean(D')‖ / Δ`` over seeded partitions and neighbours (module doc).
 
     ``settings`` are the build's (unit, relation, ``m``, cap, clip norms, shots, query, centring);
     its seed, noise and privacy switches are replaced: the audit seeds partition ``p`` with
-    ``seed + p`` and computes un-noised means only. Private head selection is not audited (give
-    the released ``heads``). ``executor`` runs the chunks' forward passes (default: this process).
+    ``seed + p`` and computes un-noised means only. The first neighbour of each of the first
+    ``rebuild_pairs`` partitions is also rebuilt from scratch (every chunk, no cache). Private
+    head selection is not audited (give the released ``heads``). ``executor`` runs the chunks'
+    forward passes (default: this process).
 
     Raises:
         ParameterError: private selection settings, ``num_partitions`` or
@@ -184,11 +195,28 @@ def audit_sensitivity(
         )
         base, base_delta = means.mean(records, seeded)
         rng = np.random.default_rng([seed, index, 4917])  # public choice of the neighbours
-        for change, target, neighbour in _neighbours(records, settings, rng, neighbours_per_partition):
-            moved, delta = means.mean(neighbour, seeded)
-            ratio = float(np.linalg.norm(base - moved) / base_delta)
-            pairs.append(SensitivityPair(partition_seed, change, target, ratio, base_delta, delta))
+        for k, (change, target, neighbour) in enumerate(
+            _neighbours(records, settings, rng, neighbours_per_partition)
+        ):
+            rebuild = k == 0 and index < rebuild_pairs
+            pairs.append(
+                _pair(means, seeded, base, base_delta, neighbour, (partition_seed, change, target), rebuild)
+            )
     return SensitivityAudit(settings.privacy_unit.value, settings.relation.value, tuple(pairs))
+
+
+def _pair(means, seeded, base, base_delta, neighbour, described, rebuild: bool) -> SensitivityPair:
+    """Measure one neighbour through the cache, and with ``rebuild`` also from scratch."""
+    moved, delta = means.mean(neighbour, seeded)
+    pair = SensitivityPair(*described, float(np.linalg.norm(base - moved) / base_delta), base_delta, delta)
+    if not rebuild:
+        return pair
+    rebuilt = means.mean(neighbour, seeded, fresh=True)[0]
+    return dataclasses.replace(
+        pair,
+        rebuild_gap=float(np.linalg.norm(moved - rebuilt) / base_delta),
+        ratio_rebuilt=float(np.linalg.norm(base - rebuilt) / base_delta),
+    )
 
 
 class _ChunkMeans:
@@ -201,12 +229,17 @@ class _ChunkMeans:
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
         self._alive: list[Sequence[Record]] = []  # keeps ids in cache keys unique
 
-    def mean(self, records: Sequence[Record], settings: BuildSettings) -> tuple[np.ndarray, float]:
-        """(the un-noised mean, concatenated over layers, float64; the layout's Δ)."""
+    def mean(
+        self, records: Sequence[Record], settings: BuildSettings, *, fresh: bool = False
+    ) -> tuple[np.ndarray, float]:
+        """(the un-noised mean, concatenated over layers, float64; the layout's Δ). ``fresh``:
+        extract every chunk in one run over ``records``, neither reading nor filling the cache."""
         self._alive.append(records)
         layout = plan_layout(self._loaded, records, self._heads, settings)
         shots = settings.shots_per_chunk
         keys = [tuple(id(records[int(i)]) for i in chunk[:shots]) for chunk in layout.release_part.chunks]
+        if fresh:
+            return self._fresh_mean(records, layout, keys), layout.l2_sensitivity
         missing = [j for j, key in enumerate(keys) if key and key not in self._cache]
         if missing:
             chunks = tuple(layout.release_part.chunks[j] for j in missing)
@@ -220,6 +253,12 @@ class _ChunkMeans:
             if key:
                 total += self._cache[key]
         return total / layout.release_part.num_chunks, layout.l2_sensitivity
+
+    def _fresh_mean(self, records, layout, keys) -> np.ndarray:
+        nonempty = [j for j, key in enumerate(keys) if key]
+        chunks = tuple(layout.release_part.chunks[j] for j in nonempty)
+        rows = self._extract(records, Partition(chunks=chunks, num_unused=0), layout.l2_clip_norms)
+        return np.sum(rows, axis=0) / layout.release_part.num_chunks
 
     def _extract(self, records, partition: Partition, clip_norms) -> np.ndarray:
         """(non-empty chunks, Σ k_l*d) float64: each chunk's clipped vector."""

@@ -42,7 +42,11 @@ _OPTIONS = [
         "see --select-k) or a saved selection JSON from `dpmtv select`.",
     ),
     click.option(
-        "--select-k", type=int, default=10, show_default=True, help="Heads picked by private selection."
+        "--select-k",
+        type=click.IntRange(min=1),
+        default=10,
+        show_default=True,
+        help="Heads picked by private selection (>= 1).",
     ),
     click.option(
         "--select-method",
@@ -220,6 +224,12 @@ _OPTIONS = [
     ),
     ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here"),
     click.option("--quiet", is_flag=True, help="No progress bar."),
+    click.option(
+        "--sign-key",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="PEM EC private key: sign the artifact into OUT.sig (OpenSSF model-signing, no network); "
+        "readers check it with --trusted-key. The key is checked before anything is charged.",
+    ),
     click.option(
         "--json",
         "as_json",

@@ -194,18 +194,49 @@ def clip_norms_or_auto(ctx, param, value: str | None) -> str | tuple[float, ...]
 
 def guarantee_text(privacy) -> str:
     """The one line that states what a vector guarantees (rich markup)."""
+    from dpmtv._claim_words import floating_point_caveat, seeded_noise_words
+
     p = privacy
     if p.private:
-        return f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
+        text = f"({p.epsilon:g}, {p.delta:g})-DP per {p.privacy_unit}, {p.neighbouring_relation}"
+        caveat = floating_point_caveat(p)
+        return text + (f" [bold yellow]({caveat})[/]" if caveat else "")
     if p.noise_std > 0:
-        return (
-            f"[bold red]NO GUARANTEE (seeded noise): seed {p.insecure_seed} regenerates the noise, "
-            "so the exact mean can be recovered[/]"
-        )
+        return f"[bold red]NO GUARANTEE (seeded noise): {seeded_noise_words(p)}[/]"
     return "[bold red]NO GUARANTEE (NON-PRIVATE, ε = ∞): no noise was added[/]"
 
 
-def print_vector_summary(metadata, *, path) -> None:
+def trusted_key_option(function):
+    """``--trusted-key PUB.pem`` (repeatable): accept only artifacts signed by one of the keys."""
+    from pathlib import Path
+
+    return click.option(
+        "--trusted-key",
+        "trusted_keys",
+        multiple=True,
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="PEM public key (repeatable): accept only a vector whose signature (the .sig file next "
+        "to it) is by one of these keys and covers its current bytes.",
+    )(function)
+
+
+def signature_text(vector, path) -> str:
+    """Who signed ``vector`` (loaded from ``path``): verified, recorded but not verified, or nobody."""
+    from dpmtv.errors import ArtifactSignatureError
+    from dpmtv.signature import signer_key_sha256
+
+    if vector.signer is not None:
+        return f"signed by {vector.signer.describe()}, verified"
+    try:
+        recorded = signer_key_sha256(path)
+    except ArtifactSignatureError as exc:
+        return f"[bold red]unreadable signature file[/] ({escape(str(exc))})"
+    if recorded is None:
+        return "unsigned"
+    return f"signed by key sha256:{recorded[:16]}… [bold yellow]NOT verified[/] (pass --trusted-key PUB.pem)"
+
+
+def print_vector_summary(metadata, *, path, signature: str | None = None) -> None:
     p = metadata.privacy
     table = Table(title=f"task vector {path}" if path else "task vector", show_header=False)
     rows = [
@@ -244,6 +275,8 @@ def print_vector_summary(metadata, *, path) -> None:
             f"dpmtv {metadata.library_version}, format {metadata.format_version}, {metadata.created_at}",
         ),
     ]
+    if signature is not None:
+        rows.append(("signature", signature))
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)

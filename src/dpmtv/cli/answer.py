@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import console, err_console, guarantee_text, model_options
+from dpmtv.cli._common import console, err_console, guarantee_text, model_options, trusted_key_option
 from dpmtv.errors import ParameterError
 
 
@@ -42,6 +42,7 @@ from dpmtv.errors import ParameterError
     "else every-call.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@trusted_key_option
 def command(
     model_path,
     vector_path,
@@ -52,6 +53,7 @@ def command(
     batch_size,
     patch_mode,
     as_json,
+    trusted_keys,
     dtype,
     device,
 ):
@@ -61,9 +63,12 @@ def command(
     from dpmtv.vector import load_task_vector
 
     examples, ids = _query_examples(images, question, queries)
-    vector = load_task_vector(vector_path) if vector_path else None
+    if trusted_keys and not vector_path:
+        raise ParameterError("--trusted-key checks a --vector's signature; give --vector too")
+    vector = load_task_vector(vector_path, trusted_keys=trusted_keys) if vector_path else None
     if vector is not None:  # on stderr, so that --json output stays one JSON object a line
-        err_console.print(f"task vector: {guarantee_text(vector.metadata.privacy)}", highlight=False)
+        signed = f"; signed by {vector.signer.describe()}" if vector.signer else ""
+        err_console.print(f"task vector: {guarantee_text(vector.metadata.privacy)}{signed}", highlight=False)
     loaded = load_model(model_path, dtype=dtype, device=device)
     mode = None if patch_mode == "auto" else patch_mode
     answers = answer_queries(

@@ -25,7 +25,7 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import check_ray_installed, ray_executor
 from dpmtv.cli.budget import resolve_build_ledger
-from dpmtv.errors import ParameterError
+from dpmtv.errors import DpmtvError, ParameterError
 
 if TYPE_CHECKING:
     from dpmtv.heads import HeadSet
@@ -66,7 +66,8 @@ def command(**options) -> None:
     if options["as_json"]:
         print_json_summary(result.path, ledger_status=charge.status() if charge is not None else None)
         return
-    print_vector_summary(result.vector.metadata, path=result.path)
+    signature = _sign(result.path, options["sign_key"])
+    print_vector_summary(result.vector.metadata, path=result.path, signature=signature)
     if charge is not None:
         _print_charge(charge)
 
@@ -80,6 +81,24 @@ def _check_options(options) -> None:
     if (options["head_spec"] is None) == (options["heads_from"] is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
     _check_auto_clip(options["l2_clip_norm"], options["public_data"], options["heads_from"])
+    if options["sign_key"] is not None:  # a bad key must not surface after the charge
+        from dpmtv.signature import check_signing_key
+
+        check_signing_key(options["sign_key"])
+
+
+def _sign(path: Path, sign_key: Path | None) -> str | None:
+    """Sign the written artifact; after the charge a failure says that the charge stands."""
+    if sign_key is None:
+        return None
+    from dpmtv.signature import sign_task_vector, signer_key_sha256
+
+    try:
+        signature = sign_task_vector(path, private_key=sign_key)
+    except (DpmtvError, OSError) as exc:
+        message = f"{path} was written (its charge stands) but could not be signed: {exc}"
+        raise ParameterError(message) from exc
+    return f"signed by key sha256:{signer_key_sha256(path)[:16]}… into {signature}"
 
 
 def _build_charge(options) -> BuildCharge | None:

@@ -80,6 +80,12 @@ from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
     "no amplification — dp-icl:S:M is DP-ICL's subsampled way to use fewer prompts.",
 )
 @click.option(
+    "--dp-icl-sampling-rate",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="dp-icl:S:M's public Poisson rate q: each demonstration joins a query's sample with "
+    "probability q (required for dp-icl:S:M; a public choice, never derived from the private N).",
+)
+@click.option(
     "--relation",
     "neighbouring_relation",
     type=click.Choice(["replace-one", "add-remove-one"]),
@@ -151,6 +157,7 @@ def command(**options):
         l2_clip_norm=tuple(o["l2_clip_norm"]),
         shots_per_chunk=o["shots_per_chunk"],
         dp_icl_max_chunks=o["dp_icl_max_chunks"],
+        dp_icl_sampling_rate=o["dp_icl_sampling_rate"],
         neighbouring_relation=o["neighbouring_relation"],
         max_new_tokens=o["max_new_tokens"],
         batch_size=o["batch_size"],

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import print_vector_summary, print_warning
+from dpmtv.cli._common import print_vector_summary, print_warning, signature_text, trusted_key_option
 from dpmtv.models.registry import UNTESTED_WARNING, is_contract_tested
 
 
@@ -18,11 +18,13 @@ from dpmtv.models.registry import UNTESTED_WARNING, is_contract_tested
     help="Print the vector's model card (what task.README.md beside it holds), rendered from the "
     "verified metadata.",
 )
-def command(artifact, as_json, as_card):
-    """Show a task vector's guarantee, model and parameters (verifies its hash)."""
+@trusted_key_option
+def command(artifact, as_json, as_card, trusted_keys):
+    """Show a task vector's guarantee, model and parameters, and who signed it (verifies its hash,
+    its claim and, with --trusted-key, its signature)."""
     from dpmtv.vector import load_task_vector
 
-    vector = load_task_vector(artifact)
+    vector = load_task_vector(artifact, trusted_keys=trusted_keys)
     model_type = str(vector.metadata.model.get("model_type"))
     if not is_contract_tested(model_type):
         print_warning(UNTESTED_WARNING.format(model_type=model_type))
@@ -34,4 +36,4 @@ def command(artifact, as_json, as_card):
     if as_json:
         click.echo(vector.metadata.model_dump_json(indent=2))
         return
-    print_vector_summary(vector.metadata, path=artifact)
+    print_vector_summary(vector.metadata, path=artifact, signature=signature_text(vector, artifact))

@@ -4,7 +4,7 @@ import ipaddress
 
 import click
 
-from dpmtv.cli._common import err_console, model_options
+from dpmtv.cli._common import err_console, guarantee_text, model_options, trusted_key_option
 from dpmtv.errors import ParameterError
 
 API_KEY_ENV = "DPMTV_API_KEY"
@@ -90,6 +90,7 @@ API_KEY_ENV = "DPMTV_API_KEY"
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
+@trusted_key_option
 def command(
     model_path,
     vector_specs,
@@ -109,6 +110,7 @@ def command(
     keep_alive_s,
     threads,
     log_level,
+    trusted_keys,
     dtype,
     device,
 ):
@@ -135,6 +137,7 @@ def command(
         max_queue=max_queue,
         max_batch_size=max_batch_size,
         batch_window_ms=batch_window_ms,
+        trusted_keys=tuple(trusted_keys),
     )
     if threads is not None:
         import torch
@@ -149,13 +152,13 @@ def command(
         dtype=dtype,
         device=device,
         patch_mode=None if patch_mode == "auto" else patch_mode,
+        trusted_keys=settings.trusted_keys,
     )
     for name, vector in served.vectors.items():
-        p = vector.vector.metadata.privacy
-        guarantee = (
-            f"(ε={p.epsilon:g}, δ={p.delta:g})-DP per {p.privacy_unit}" if p.private else "NON-PRIVATE"
-        )
-        err_console.print(f"serving vector [bold]{name}[/] ({vector.path}): {guarantee}", highlight=False)
+        guarantee = guarantee_text(vector.vector.metadata.privacy)
+        signed = f"; signed by {vector.vector.signer.describe()}" if vector.vector.signer else ""
+        line = f"serving vector [bold]{name}[/] ({vector.path}): {guarantee}{signed}"
+        err_console.print(line, highlight=False)
     err_console.print(
         f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
         highlight=False,

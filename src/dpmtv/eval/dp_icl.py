@@ -9,10 +9,13 @@ Two ensembles:
   optionally cut to the first ``max_chunks`` (a data-independent choice, no amplification).
   Accounted as ``Q`` Gaussian votes; neighbouring relation replace-one.
 * **Poisson-subsampled** (``dp-icl:S:M``, DP-ICL as Wu et al., ICLR 2024 run it): for EACH query
-  a fresh Poisson sample of the pool with rate ``q = min(1, M·S / N)``, each sampled record sent
-  to one of the query's ``M`` prompts drawn uniformly (so a prompt holds ``S`` demonstrations on
-  average), accounted with ``PoissonSampledDpEvent(q, ·)`` composed over queries; neighbouring
-  relation add/remove-one (where the amplification holds).
+  a fresh Poisson sample of the pool at the PUBLIC rate ``q`` (``--dp-icl-sampling-rate``: each
+  record joins with probability ``q``, whatever ``N`` is), each sampled record sent to one of the
+  query's ``M`` prompts drawn uniformly (``q·N/M`` demonstrations per prompt on average; ``S`` is
+  the label's nominal shots, recorded next to the measured mean); accounted with
+  ``PoissonSampledDpEvent(q, ·)`` composed over queries; neighbouring relation add/remove-one
+  (where the amplification holds). ``q`` must not be derived from ``N`` (e.g. ``M·S/N``): under
+  add/remove-one ``N`` is private, and the accounted event would then depend on it.
 
 The votes do not depend on ε, so they are collected once per seed; each ε (and each point of the
 queries curve) only changes the per-query noise ``σ``. The sampling is seeded from the run seed:
@@ -30,7 +33,7 @@ import numpy as np
 
 from dpmtv.eval.benchmarks import Benchmark
 from dpmtv.eval.generation import ExampleCache, context_limit, derive_seed, generate_answers
-from dpmtv.eval.methods import MethodContext, MethodOutput
+from dpmtv.eval.methods import MethodContext, MethodOutput, check_sampling_probability
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import SeededGaussianSampler, epsilon_of, partition_replace_one, seeded_rng
 from dpmtv.privacy.noise import NoiseSampler
@@ -88,11 +91,6 @@ def full_partition_chunks(
     return list(partition.chunks[:max_chunks] if max_chunks else partition.chunks)
 
 
-def subsampling_probability(num_records: int, *, shots: int, num_prompts: int) -> float:
-    """``q = min(1, M·S / N)``: each prompt gets ``S`` demonstrations on average."""
-    return min(1.0, num_prompts * shots / num_records)
-
-
 def poisson_ensemble(
     num_records: int, *, num_prompts: int, sampling_probability: float, rng: np.random.Generator
 ) -> list[np.ndarray]:
@@ -120,10 +118,17 @@ def ensemble_from_draws(
 
 
 def subsampled_ensembles(
-    num_records: int, num_queries: int, *, shots: int, num_prompts: int, seed: int
+    num_records: int,
+    num_queries: int,
+    *,
+    shots: int,
+    num_prompts: int,
+    sampling_probability: float,
+    seed: int,
 ) -> tuple[float, list[list[np.ndarray]]]:
-    """``q`` and a fresh :func:`poisson_ensemble` per query (seeded from the run seed)."""
-    q = subsampling_probability(num_records, shots=shots, num_prompts=num_prompts)
+    """The public ``q`` and a fresh :func:`poisson_ensemble` per query (seeded from the run seed
+    and ``shots``). ``q`` is the given public rate, never a function of ``num_records``."""
+    q = check_sampling_probability(sampling_probability)
     rng = seeded_rng(derive_seed(seed, "dp-icl-poisson", shots, num_prompts))
     return q, [
         poisson_ensemble(num_records, num_prompts=num_prompts, sampling_probability=q, rng=rng)
@@ -221,14 +226,21 @@ def collect_subsampled_votes(
     *,
     shots: int,
     num_prompts: int,
+    sampling_probability: float,
     seed: int,
     max_new_tokens: int,
     max_prompt_tokens: int,
     advance: Callable[[int], None] = lambda n: None,
 ) -> RecordedVotes:
-    """Poisson-subsampled ensembles: one answer per (query, prompt), counted per query."""
+    """Poisson-subsampled ensembles at the public rate ``q``: one answer per (query, prompt),
+    counted per query."""
     q, ensembles = subsampled_ensembles(
-        len(benchmark.train), len(benchmark.test), shots=shots, num_prompts=num_prompts, seed=seed
+        len(benchmark.train),
+        len(benchmark.test),
+        shots=shots,
+        num_prompts=num_prompts,
+        sampling_probability=sampling_probability,
+        seed=seed,
     )
     answers = run_vote_forward(
         loaded,
@@ -288,6 +300,7 @@ def collect_dp_icl_votes(
                 ctx.examples,
                 shots=shots,
                 num_prompts=num_prompts,
+                sampling_probability=s.dp_icl_sampling_rate,
                 seed=seed,
                 advance=advance,
                 **common,

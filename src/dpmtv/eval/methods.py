@@ -14,8 +14,9 @@ method         what it does                                        privacy
                chunk, noisy-argmax vote (:mod:`dpmtv.eval.dp_icl`)  Q answered queries
                (replace-one)
 ``dp-icl:S:M`` DP-ICL as Wu et al. (ICLR 2024): per query a fresh  (ε, δ) in total over Q,
-               Poisson sample spread over M prompts of S demos     with the subsampling
-               on average, noisy-argmax vote                       amplification (add/remove)
+               Poisson sample at the public rate q                 with the subsampling
+               (--dp-icl-sampling-rate) over M prompts, noisy-     amplification (add/remove)
+               argmax vote
 =============  ==================================================  =========================
 
 Every private row names its neighbouring relation; DP-MTV follows ``neighbouring_relation``
@@ -149,6 +150,21 @@ def check_non_private(methods: tuple[MethodSpec, ...], *, allow_non_private: boo
         )
 
 
+def check_sampling_probability(sampling_probability: float | None) -> float:
+    """The public Poisson rate ``q`` of ``dp-icl:S:M``, in ``(0, 1]``.
+
+    Raises:
+        ParameterError: no rate, or one outside ``(0, 1]``; names ``--dp-icl-sampling-rate``.
+    """
+    q = sampling_probability
+    if q is None or isinstance(q, bool) or not 0.0 < float(q) <= 1.0:
+        raise ParameterError(
+            f"dp-icl:S:M needs a public Poisson rate --dp-icl-sampling-rate in (0, 1], got {q!r} "
+            "(it must not be derived from the private number of records)"
+        )
+    return float(q)
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """Everything of a run besides the model, the benchmark and the head set."""
@@ -160,6 +176,7 @@ class EvalSettings:
     l2_clip_norm: tuple[float, ...] = (DEFAULT_L2_CLIP_NORM,)
     shots_per_chunk: int = DEFAULT_SHOTS_PER_CHUNK  # DP-MTV / MTV records per chunk (as `build`)
     dp_icl_max_chunks: int | None = None
+    dp_icl_sampling_rate: float | None = None  # dp-icl:S:M's public Poisson rate q (never M·S/N)
     neighbouring_relation: str = "replace-one"  # DP-MTV's; DP-ICL rows carry their own
     max_new_tokens: int = 10
     batch_size: int = 8
@@ -169,6 +186,10 @@ class EvalSettings:
     queries_repeats: int = 20
     context_limit: int | None = None
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if any(m.kind == "dp-icl" and m.prompts is not None for m in self.methods):
+            check_sampling_probability(self.dp_icl_sampling_rate)
 
     @property
     def evaluated_epsilons(self) -> list[float]:
@@ -282,7 +303,8 @@ def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> Artifa
 
     privacy = PrivacyMetadata(
         private=False, epsilon=math.inf, delta=0.0, epsilon_spent=math.inf,
-        neighbouring_relation="replace-one", l2_clip_norm=[], l2_sensitivity=math.inf,
+        neighbouring_relation="replace-one", l2_clip_norm=[], sensitivity_l2_clip_norm=[],
+        l2_sensitivity=math.inf,
         noise_std=0.0, noise_std_analytic=None, noise_std_sampler_map=None, noise_multiplier=0.0,
         noise_sampler="none", secure_noise=False, num_chunks=num_chunks,
         shots_per_chunk=ctx.settings.shots_per_chunk, num_records=len(ctx.benchmark.train),

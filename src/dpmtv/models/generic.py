@@ -94,6 +94,19 @@ def find_output_projection(layer: nn.Module, index: int, family: str) -> str:
     )
 
 
+# Families whose processor cannot interleave several images with text: one image per prompt.
+SINGLE_IMAGE: dict[str, str] = {
+    "fuyu": (
+        "FuyuProcessor turns one image into patch tokens placed before the text; it has no image "
+        "placeholder, so several images cannot be interleaved with the demonstrations' text"
+    ),
+    "got_ocr2": (
+        "GotOcr2Processor places its images (the pages or crops of one document) together before "
+        "the question, never interleaved with text"
+    ),
+}
+
+
 class GenericAdapter(ModelAdapter):
     """Adapter for any decoder VLM whose sites :mod:`discovery <dpmtv.models.generic>` finds.
 
@@ -108,8 +121,6 @@ class GenericAdapter(ModelAdapter):
     o_proj_path = ""
 
     def __init__(self, model: nn.Module, processor: Any):
-        from dpmtv.models.registry import SINGLE_IMAGE
-
         self.family = model.config.model_type
         self.display_name = type(self).display_name or self.family
         if self.family in SINGLE_IMAGE:

@@ -50,17 +50,6 @@ PROCESSOR_NEEDS_TORCHVISION: dict[str, str] = {
     "mistral3": "PixtralProcessor imports the torchvision image-processor module",
 }
 
-# Families whose processor cannot interleave several images with text: one image per prompt.
-SINGLE_IMAGE: dict[str, str] = {
-    "fuyu": (
-        "FuyuProcessor turns one image into patch tokens placed before the text; it has no image "
-        "placeholder, so several images cannot be interleaved with the demonstrations' text"
-    ),
-    "got_ocr2": (
-        "GotOcr2Processor places its images (the pages or crops of one document) together before "
-        "the question, never interleaved with text"
-    ),
-}
 
 # The model types of the family files (dpmtv.models.families), named here so that the status of
 # a model type can be read without importing them (and transformers): `dpmtv inspect`.

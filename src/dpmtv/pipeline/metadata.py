@@ -11,6 +11,7 @@ from dpmtv.models.fingerprint import model_identity
 from dpmtv.pipeline.settings import BuildSettings, QueryKind
 from dpmtv.privacy import Partition, PrivatePartition, event_to_json
 from dpmtv.privacy.release import GaussianReleasePlan
+from dpmtv.privacy.sensitivity import worst_case_clip_norms
 from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
@@ -50,6 +51,7 @@ def artifact_metadata(
         neighbouring_relation=relation.value,
         privacy_unit=settings.privacy_unit.value,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
+        sensitivity_l2_clip_norm=sensitivity_clip_norms(clip_norms, heads, settings),
         l2_sensitivity=cast(float, plan.l2_sensitivity),  # every released plan records its Δ
         noise_std=plan.noise_std,
         noise_std_analytic=plan.noise_std_analytic if plan.noised else None,
@@ -75,6 +77,15 @@ def artifact_metadata(
         privacy=privacy,
         workers=workers,
     )
+
+
+def sensitivity_clip_norms(clip_norms, heads, settings: BuildSettings) -> list[float]:
+    """The norms the build's Δ rests on, and that the artifact records: the released layers', or
+    with private selection (``heads`` then None or the selected ones) the worst case over the
+    pool's layers, which ``clip_norms`` then holds."""
+    if settings.private_selection is None:
+        return [clip_norms[layer] for layer in heads.layers]
+    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
 
 
 def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dpmtv.data.records import Record
 from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.base import HeadGeometry
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.metadata import sensitivity_clip_norms
 from dpmtv.pipeline.partition import parallel_composition_halves, partition_records
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import (
@@ -167,9 +168,7 @@ def _sensitivity(
 ) -> float:
     """Δ over the released layers; with private selection, the worst case over the at most
     min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent)."""
-    norms = [clip_norms[layer] for layer in (heads.layers if heads is not None else clip_norms)]
-    if heads is None and settings.private_selection is not None:
-        norms = sorted(norms, reverse=True)[: settings.private_selection.k]
+    norms = sensitivity_clip_norms(clip_norms, heads, settings)  # as the artifact records them
     return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=relation)
 
 

@@ -9,7 +9,7 @@ from dpmtv.errors import ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
 from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
-__all__ = ["l2_sensitivity"]
+__all__ = ["l2_sensitivity", "worst_case_clip_norms"]
 
 
 def l2_sensitivity(
@@ -65,6 +65,21 @@ def l2_sensitivity(
     norms = _check_clip_norms(l2_clip_norms)
     num_chunks = check_int("num_chunks", num_chunks, minimum=1)
     return 2.0 * math.sqrt(math.fsum(c * c for c in norms)) / num_chunks
+
+
+def worst_case_clip_norms(l2_clip_norms: Sequence[float], *, max_layers: int) -> list[float]:
+    """The ``max_layers`` largest clip norms, largest first: what ``Δ`` is computed over when the
+    released layers are not known before the noise is calibrated (private head selection).
+
+    ``k`` privately selected heads occupy at most ``L' <= min(k, #pool layers)`` layers, and
+    ``sqrt(Σ_{l in S} C_l²)`` over any set ``S`` of at most ``k`` pool layers is at most the sum
+    over the ``k`` largest norms, so :func:`l2_sensitivity` of this list bounds the sensitivity of
+    every possible selection. It must be data-independent (the calibration, and so the charge,
+    comes before the votes), which a bound over the released layers would not be: adaptive
+    composition needs one bound for all outcomes of the selection, not the realised one.
+    """
+    norms = _check_clip_norms(l2_clip_norms)
+    return sorted(norms, reverse=True)[: check_int("max_layers", max_layers, minimum=1)]
 
 
 def _check_clip_norms(l2_clip_norms: Sequence[float]) -> list[float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpmtv._claim_words import floating_point_caveat, floating_point_safe, seeded_noise_words
 from dpmtv.serve._served import ServedModel, ServedVector
 
 QUERIES_ARE_FREE = (
@@ -36,10 +37,13 @@ def guarantee(served: ServedVector) -> dict[str, Any]:
         "heads": metadata.heads,
         "noise_std": privacy.noise_std,
         "secure_noise": privacy.secure_noise,
+        "noise_sampler": privacy.noise_sampler,
+        "floating_point_safe": floating_point_safe(privacy),
         "model_fingerprint": {
             key: metadata.model.get(key)
             for key in ("architecture", "model_type", "config_sha256", "attention_weights_sha256")
         },
+        "signed_by_key_sha256": served.vector.signer.key_sha256 if served.vector.signer else None,
         "created_at": metadata.created_at,
         "library_version": metadata.library_version,
     }
@@ -48,6 +52,11 @@ def guarantee(served: ServedVector) -> dict[str, Any]:
 def privacy_statement(served: ServedVector) -> str:
     """The guarantee in plain words, for people reading the page."""
     privacy = served.vector.metadata.privacy
+    if not privacy.private and privacy.noise_std > 0:
+        return (
+            f"NOT PRIVATE: this vector was {seeded_noise_words(privacy)}, and may reveal the records it "
+            "was built from. " + QUERIES_ARE_FREE
+        )
     if not privacy.private:
         return (
             "NOT PRIVATE: this vector was built without noise (ε = ∞) and may reveal the records it was "
@@ -62,8 +71,9 @@ def privacy_statement(served: ServedVector) -> str:
         f"{privacy.delta:g}. It averages {privacy.num_chunks} chunks of {privacy.shots_per_chunk} "
         f"records over {len(served.vector.metadata.heads)} attention heads. "
     )
-    if not privacy.secure_noise:
-        statement += "WARNING: its noise was drawn from a fixed seed, so the guarantee does not hold. "
+    caveat = floating_point_caveat(privacy, explain=True)
+    if caveat:
+        statement += f"CAVEAT: {caveat}. "
     return statement + QUERIES_ARE_FREE
 
 

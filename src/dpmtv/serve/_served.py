@@ -1,7 +1,8 @@
 """The served model and its task vectors, loaded and checked once at start-up.
 
-Each vector goes through the same checks as ``dpmtv answer``: the artifact's tensor hash
-(:func:`dpmtv.vector.load_task_vector`) and the model fingerprint (``TaskVector.check_model``).
+Each vector goes through the same checks as ``dpmtv answer``: the artifact's hashes and claim,
+its signature by one of the trusted keys when any are given (:func:`dpmtv.vector.load_task_vector`),
+and the model fingerprint (``TaskVector.check_model``).
 A vector that fails either is refused with the reason; the server never starts with it.
 """
 
@@ -75,13 +76,18 @@ def load_served_model(
     dtype: str = "float32",
     device: str = "cpu",
     patch_mode: PatchMode | str | None = None,
+    trusted_keys: Sequence[Path] = (),
 ) -> ServedModel:
-    """Load the model, then every vector with the ``answer`` checks; refuse the first bad one."""
+    """Load the model, then every vector with the ``answer`` checks; refuse the first bad one.
+    With ``trusted_keys`` (PEM public keys) every vector must be signed by one of them."""
     name = model_name(model)
     _check_names(name, [vector_name for vector_name, _ in vectors])
     loaded = load_model(model, dtype=dtype, device=device)
     identity = model_identity(loaded.adapter, loaded.name_or_path)
-    served = {vector_name: _load_vector(vector_name, path, loaded, identity) for vector_name, path in vectors}
+    served = {
+        vector_name: _load_vector(vector_name, path, loaded, identity, trusted_keys)
+        for vector_name, path in vectors
+    }
     mode = PatchMode(patch_mode or loaded.patch_mode)
     return ServedModel(loaded, name, served, mode, int(time.time()))
 
@@ -96,9 +102,11 @@ def _check_names(model: str, names: list[str]) -> None:
         seen.add(name)
 
 
-def _load_vector(name: str, path: Path, loaded: LoadedModel, identity: dict[str, Any]) -> ServedVector:
+def _load_vector(
+    name: str, path: Path, loaded: LoadedModel, identity: dict[str, Any], trusted_keys: Sequence[Path]
+) -> ServedVector:
     try:
-        vector = load_task_vector(path)
+        vector = load_task_vector(path, trusted_keys=trusted_keys)
         vector.check_model(identity)
     except ArtifactError as exc:
         raise type(exc)(f"vector '{name}' refused: {exc}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from dpmtv.errors import ParameterError
 
@@ -21,6 +22,8 @@ class ServeSettings:
     max_queue: int = 256  # requests waiting for a batch; one more gets 429
     max_batch_size: int = 32  # 1 turns dynamic batching off
     batch_window_ms: float = 5.0  # how long the first waiting request waits for company
+    # PEM public keys: when given, every served vector must be signed by one of them
+    trusted_keys: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_image_pixels", "max_images", "max_tokens", "max_queue"):
