@@ -54,7 +54,13 @@ API_KEY_ENV = "DPMTV_API_KEY"
     show_default=True,
     help="Requests allowed to wait; beyond it the server answers 429.",
 )
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Largest max_tokens accepted.")
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=256,
+    show_default=True,
+    help="The server's cap on generated tokens: a larger max_tokens is cut here (finish_reason 'length').",
+)
 @click.option(
     "--default-max-tokens",
     type=int,
@@ -68,9 +74,48 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=int,
     default=4096 * 4096,
     show_default=True,
-    help="Largest width×height accepted per image.",
+    help="Largest width×height accepted per image (read from its header).",
 )
-@click.option("--max-images", type=int, default=4, show_default=True, help="Images per request.")
+@click.option(
+    "--max-request-pixels",
+    type=int,
+    default=4 * 4096 * 4096,
+    show_default=True,
+    help="Largest width×height summed over one request's images.",
+)
+@click.option(
+    "--max-pixels-in-flight",
+    type=int,
+    default=8 * 4096 * 4096,
+    show_default=True,
+    help="Decoded pixels all admitted requests may hold together; beyond it, 429.",
+)
+@click.option("--max-images", type=int, default=16, show_default=True, help="Images per request.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Host name accepted without --api-key (repeatable; default: 127.0.0.1, localhost, ::1; '*': any).",
+)
+@click.option(
+    "--allowed-origin",
+    "allowed_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Cross-origin caller allowed, with CORS headers, e.g. http://localhost:3000 (repeatable; '*': any).",
+)
+@click.option(
+    "--header-timeout-s", type=float, default=10.0, show_default=True, help="Time for request headers."
+)
+@click.option(
+    "--body-timeout-s", type=float, default=30.0, show_default=True, help="Time for a request body."
+)
+@click.option(
+    "--max-connections",
+    type=int,
+    help="Open connections; more are closed at once (default: 512, or ulimit -n minus 100 if lower).",
+)
 @click.option(
     "--keep-alive-s",
     type=float,
@@ -105,7 +150,14 @@ def command(
     default_max_tokens,
     max_body_bytes,
     max_image_pixels,
+    max_request_pixels,
+    max_pixels_in_flight,
     max_images,
+    allowed_hosts,
+    allowed_origins,
+    header_timeout_s,
+    body_timeout_s,
+    max_connections,
     keep_alive_s,
     threads,
     log_level,
@@ -123,13 +175,22 @@ def command(
         import uvicorn
 
         from dpmtv.serve import ServeSettings, create_app, load_served_model, parse_vector_spec
+        from dpmtv.serve._connections import default_max_connections, install_log_rate_limit, uvicorn_config
+        from dpmtv.serve._settings import LOOPBACK_HOSTS
     except ImportError:
         raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
     settings = ServeSettings(
         api_key=api_key or None,
         max_body_bytes=max_body_bytes,
         max_image_pixels=max_image_pixels,
+        max_request_pixels=max_request_pixels,
+        max_pixels_in_flight=max_pixels_in_flight,
         max_images=max_images,
+        allowed_hosts=tuple(allowed_hosts) or LOOPBACK_HOSTS,
+        allowed_origins=tuple(allowed_origins),
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
+        max_connections=max_connections or default_max_connections(),
         max_tokens=max_tokens,
         default_max_tokens=default_max_tokens,
         max_queue=max_queue,
@@ -160,13 +221,16 @@ def command(
         f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
         highlight=False,
     )
-    uvicorn.run(
+    install_log_rate_limit()
+    config = uvicorn_config(
         create_app(served, settings),
+        settings,
         host=host,
         port=port,
         log_level=log_level,
-        timeout_keep_alive=keep_alive_s,
+        keep_alive_s=keep_alive_s,
     )
+    uvicorn.Server(config).run()
 
 
 def check_bind(host: str, *, api_key: str | None, insecure_no_auth: bool) -> None:
