@@ -143,26 +143,12 @@ def command(
     api_key,
     insecure_no_auth,
     patch_mode,
-    max_batch_size,
-    batch_window_ms,
-    max_queue,
-    max_tokens,
-    default_max_tokens,
-    max_body_bytes,
-    max_image_pixels,
-    max_request_pixels,
-    max_pixels_in_flight,
-    max_images,
-    allowed_hosts,
-    allowed_origins,
-    header_timeout_s,
-    body_timeout_s,
-    max_connections,
     keep_alive_s,
     threads,
     log_level,
     dtype,
     device,
+    **limits,
 ):
     """Serve task vectors over an OpenAI-compatible HTTP API and a web page at /.
 
@@ -174,29 +160,11 @@ def command(
     try:
         import uvicorn
 
-        from dpmtv.serve import ServeSettings, create_app, load_served_model, parse_vector_spec
-        from dpmtv.serve._connections import default_max_connections, install_log_rate_limit, uvicorn_config
-        from dpmtv.serve._settings import LOOPBACK_HOSTS
+        from dpmtv.serve import create_app, load_served_model, parse_vector_spec
+        from dpmtv.serve._connections import install_log_rate_limit, uvicorn_config
     except ImportError:
         raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
-    settings = ServeSettings(
-        api_key=api_key or None,
-        max_body_bytes=max_body_bytes,
-        max_image_pixels=max_image_pixels,
-        max_request_pixels=max_request_pixels,
-        max_pixels_in_flight=max_pixels_in_flight,
-        max_images=max_images,
-        allowed_hosts=tuple(allowed_hosts) or LOOPBACK_HOSTS,
-        allowed_origins=tuple(allowed_origins),
-        header_timeout_s=header_timeout_s,
-        body_timeout_s=body_timeout_s,
-        max_connections=max_connections or default_max_connections(),
-        max_tokens=max_tokens,
-        default_max_tokens=default_max_tokens,
-        max_queue=max_queue,
-        max_batch_size=max_batch_size,
-        batch_window_ms=batch_window_ms,
-    )
+    settings = _settings(api_key, limits)
     if threads is not None:
         import torch
 
@@ -222,15 +190,22 @@ def command(
         highlight=False,
     )
     install_log_rate_limit()
-    config = uvicorn_config(
-        create_app(served, settings),
-        settings,
-        host=host,
-        port=port,
-        log_level=log_level,
-        keep_alive_s=keep_alive_s,
-    )
-    uvicorn.Server(config).run()
+    app = create_app(served, settings)
+    uvicorn.Server(
+        uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
+    ).run()
+
+
+def _settings(api_key: str | None, limits: dict):
+    """The server's limits from the options (checked, with the API key, before the model loads)."""
+    from dpmtv.serve import ServeSettings
+    from dpmtv.serve._connections import default_max_connections
+    from dpmtv.serve._settings import LOOPBACK_HOSTS
+
+    limits["allowed_hosts"] = tuple(limits["allowed_hosts"]) or LOOPBACK_HOSTS
+    limits["allowed_origins"] = tuple(limits["allowed_origins"])
+    limits["max_connections"] = limits["max_connections"] or default_max_connections()
+    return ServeSettings(api_key=api_key or None, **limits)
 
 
 def check_bind(host: str, *, api_key: str | None, insecure_no_auth: bool) -> None:
