@@ -51,8 +51,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
-from dpmtv.chunks import ChunkPrompts, chunk_prompt, chunk_records
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import (
@@ -66,6 +64,8 @@ from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
+from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+from dpmtv.pipeline.partition import ChunkPrompts, chunk_prompt, chunk_records
 from dpmtv.privacy import (
     AdjacencyRelation,
     l2_sensitivity,

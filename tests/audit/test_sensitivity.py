@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpmtv.build as build_module
+import dpmtv.pipeline.build as build_module
 from dpmtv.audit.sensitivity import audit_sensitivity
-from dpmtv.build import BuildSettings
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
 from tests.test_build_user_level import write_user_records
 

@@ -10,7 +10,7 @@ import torch
 
 from dpmtv.hooks import LayerPatch, capture_last_token, overwrite_heads
 from dpmtv.models.generic import GenericAdapter
-from dpmtv.models.tiny import build_tiny_checkpoint
+from dpmtv.testing import build_tiny_checkpoint
 
 
 class ModelOnlyContract:

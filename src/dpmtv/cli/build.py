@@ -27,8 +27,8 @@ from dpmtv.cli._common import (
 from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import LedgerError, ParameterError
-from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
-from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="build")
@@ -267,10 +267,10 @@ def command(
     gpus_per_worker,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
-    from dpmtv.build import build_task_vector
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model
-    from dpmtv.settings import relation_for_unit
+    from dpmtv.pipeline.build import build_task_vector
+    from dpmtv.pipeline.settings import relation_for_unit
 
     if epsilon is None and not non_private:
         raise ParameterError(
@@ -349,9 +349,9 @@ def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
 
 def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -> tuple[float, ...]:
     """C per released layer from the PUBLIC records alone, centred as the build centres."""
-    from dpmtv.build import reference_activations
     from dpmtv.data import load_records
-    from dpmtv.public_clip import public_clip_norms
+    from dpmtv.pipeline.build import reference_activations
+    from dpmtv.pipeline.public_clip import public_clip_norms
 
     public = load_records(public_data)
     norms = public_clip_norms(
@@ -390,7 +390,7 @@ def _image_paths(records):
 def _explain_failure(charge, exc: BaseException) -> None:
     """A build that fails after its charge keeps the charge (noise was drawn): say so plainly.
     An OS error there (a full disk) becomes one clear error line, not a traceback."""
-    from dpmtv.privacy.ledger import Void
+    from dpmtv.ledger.book import Void
 
     receipt = None if charge is None else charge.receipt
     if receipt is None:
@@ -435,7 +435,7 @@ def _void_reason(non_private, insecure_seed, dataset, void_budget) -> str | None
 
 def _check_ledger(book, dataset, neighbouring_relation, privacy_unit, void_reason, *, timeout_s) -> None:
     """Refuse an unknown dataset, another relation or unit, or a ledger that cannot be written."""
-    from dpmtv.privacy.ledger_access import check_ledger_writable
+    from dpmtv.ledger.access import check_ledger_writable
 
     book.busy_timeout_s = timeout_s
     if void_reason is not None:
@@ -448,7 +448,7 @@ def _check_ledger(book, dataset, neighbouring_relation, privacy_unit, void_reaso
 def _heads(loaded, params):
     """(head set, how it was chosen, private selection settings): --heads or --heads-from."""
     from dpmtv.heads import resolve_heads
-    from dpmtv.settings import PrivateSelectionSettings
+    from dpmtv.pipeline.settings import PrivateSelectionSettings
 
     if params["heads_from"] == "private":
         private_selection = PrivateSelectionSettings(
@@ -489,7 +489,7 @@ def _ledger_charge(ledger, settings, loaded, out, void_reason):
     if ledger is None:
         return None
     from dpmtv._version import __version__
-    from dpmtv.privacy.ledger import LedgerCharge
+    from dpmtv.ledger.book import LedgerCharge
 
     book, dataset = ledger
     return LedgerCharge.for_build(

@@ -38,13 +38,13 @@ import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
-from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
-from dpmtv.distributed.executor import Executor, LocalExecutor
+from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.partition import chunk_prompt
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k
 from dpmtv.prompt_budget import encode_one_within, resolve_max_prompt_tokens
@@ -86,7 +86,7 @@ def chunk_votes(
 
 @dataclass(frozen=True)
 class HeadVotes:
-    """The chunk task of private selection (:class:`dpmtv.distributed.ChunkTask`): each non-empty
+    """The chunk task of private selection (:class:`dpmtv.executor.ChunkTask`): each non-empty
     chunk's vote, in chunk order."""
 
     max_votes_per_chunk: int
