@@ -91,17 +91,19 @@ def guarded_protocol(settings: ServeSettings) -> type[GuardedH11Protocol]:
 
 
 class RateLimitFilter(logging.Filter):
-    """At most ``per_minute`` records of one message template per minute; then one summary."""
+    """At most ``per_minute`` records per minute of one message (its template's first line); the
+    next record that passes says how many were dropped."""
 
     def __init__(self, per_minute: int = 10, clock=time.monotonic) -> None:
         super().__init__()
         self.per_minute, self.clock = per_minute, clock
-        self._windows: dict[tuple[str, Any], list[float]] = {}
+        self._windows: dict[tuple[str, str], list[float]] = {}
         self._dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
-        key = (record.name, record.msg)
+        # The first line: asyncio's accept() failures differ only in the lines that follow.
+        key = (record.name, str(record.msg).split("\n", 1)[0][:200])
         window, count = self._windows.setdefault(key, [now, 0])
         if now - window >= 60:
             self._windows[key] = [now, 0]
