@@ -1,4 +1,5 @@
-"""A real uvicorn server on a free loopback port, in a background thread, for one test module."""
+"""A real uvicorn server on a free loopback port, in a background thread, configured exactly as
+`dpmtv serve` configures it (``uvicorn_config``: the guarded protocol, its timeouts and limits)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+
+from dpmtv.serve._connections import uvicorn_config
 
 
 def free_port() -> int:
@@ -21,7 +24,8 @@ def free_port() -> int:
 def live_server(app, *, timeout_s: float = 30.0) -> Iterator[str]:
     """Yields the base URL; shuts the server down (and joins its thread) on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn_config(app, app.state.settings, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

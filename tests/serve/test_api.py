@@ -19,7 +19,7 @@ from tests.serve.conftest import chat_body, png_data_url, run
 
 async def _request(app, method, path, **kwargs):
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as client:
         return await client.request(method, path, **kwargs)
 
@@ -30,7 +30,7 @@ def request(app, method, path, **kwargs) -> httpx.Response:
 
 async def _concurrent(app, bodies):
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as client:
         return await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for body in bodies))
 
@@ -39,6 +39,17 @@ def _query(seed: int) -> Example:
     return Example(
         (image_from_data_url(png_data_url(seed=seed), max_pixels=10**6, param="x"),), "What is shown?"
     )
+
+
+def metric_values(text: str) -> dict[tuple[str, tuple], float]:
+    """Prometheus text parsed by prometheus_client's own parser: (sample name, labels) → value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def _error(response: httpx.Response, status: int, code: str) -> dict:
@@ -85,6 +96,7 @@ def test_healthz(make_app, served):
     body = request(make_app(), "GET", "/healthz").json()
     assert body["status"] == "ok" and body["models"] == ["colour", "shape", served.name]
     assert body["auth_required"] is False
+    assert request(make_app(), "GET", "/health").json() == body
 
 
 def test_page_and_its_static_files_are_served_and_reference_nothing_external(make_app):
@@ -137,15 +149,18 @@ def test_a_mixed_batch_patches_each_row_with_its_own_vector(tiny_llava_path, ser
         vector = served.vectors[name].vector if name in served.vectors else None
         alone = answer_queries(served.loaded, [_query(seed)], vector=vector, max_new_tokens=5, mode=mode)[0]
         assert response.json()["choices"][0]["message"]["content"] == alone, (name, seed)
-    metrics = request(app, "GET", "/metrics").text
-    assert "dpmtv_batch_size_count 1\n" in metrics and "dpmtv_batch_size_sum 6.000000" in metrics
+    metrics = metric_values(request(app, "GET", "/metrics").text)
+    assert metrics[("dpmtv_batch_size_count", ())] == 1 and metrics[("dpmtv_batch_size_sum", ())] == 6
 
 
 def test_stream_sends_the_same_answer_as_server_sent_events(make_app, served):
     app = make_app()
     whole = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6)).json()
     response = request(
-        app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6, stream=True)
+        app,
+        "POST",
+        "/v1/chat/completions",
+        json=chat_body("colour", max_tokens=6, stream=True, stream_options={"include_usage": True}),
     )
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     events = [line[len("data: ") :] for line in response.text.split("\n\n") if line]
@@ -155,10 +170,20 @@ def test_stream_sends_the_same_answer_as_server_sent_events(make_app, served):
         chunk["object"] == "chat.completion.chunk" and chunk["id"] == chunks[0]["id"] for chunk in chunks
     )
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks)
+    text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks if chunk["choices"])
     assert text.strip() == whole["choices"][0]["message"]["content"]
-    assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
-    assert chunks[-1]["usage"] == whole["usage"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    # include_usage: one last chunk with no choices carries the usage; the others carry none
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    assert all(chunk["usage"] is None for chunk in chunks[:-1])
+
+
+def test_a_stream_without_include_usage_sends_no_usage(make_app):
+    response = request(
+        make_app(), "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=3, stream=True)
+    )
+    chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line and line != "data: [DONE]"]
+    assert chunks[-1]["choices"][0]["finish_reason"] and all(chunk["usage"] is None for chunk in chunks)
 
 
 def test_text_only_question_and_max_completion_tokens(make_app, served):
@@ -207,19 +232,23 @@ BAD_REQUESTS = {
     "invalid_request": (400, {"messages": [{"role": "user", "content": "hi"}]}),
     "model_not_found": (404, chat_body("no-such-vector")),
     "unsupported_image_url": (400, _with_image("https://example.com/cat.png")),
-    "invalid_image": (
+    "unsupported_image_format": (
         400,
         _with_image("data:image/png;base64," + base64.b64encode(b"not an image").decode()),
     ),
+    "invalid_image": (
+        400,
+        _with_image("data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"x" * 40).decode()),
+    ),
     "image_too_large": (400, _with_image(_big_png_data_url(1200, 1000))),
-    "max_tokens_out_of_range": (400, chat_body("colour", max_tokens=10_000)),
+    "max_tokens_out_of_range": (400, chat_body("colour", max_tokens=0)),
     "unsupported_temperature": (400, chat_body("colour", temperature=0.7)),
     "unsupported_n": (400, chat_body("colour", n=2)),
     "unsupported_messages": (
         400,
         {
             "model": "colour",
-            "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"}],
+            "messages": [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}],
         },
     ),
     "too_many_images": (
@@ -243,15 +272,16 @@ BAD_REQUESTS = {
 @pytest.mark.parametrize("code", sorted(BAD_REQUESTS))
 def test_a_bad_request_gets_a_clear_4xx_and_the_server_keeps_serving(make_app, code):
     status, body = BAD_REQUESTS[code]
-    app = make_app(max_body_bytes=200_000, max_image_pixels=1_000_000)
+    app = make_app(max_body_bytes=200_000, max_image_pixels=1_000_000, max_images=4)
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
     error = _error(request(app, "POST", "/v1/chat/completions", **kwargs), status, code)
     assert error["type"] == "invalid_request_error"
-    if code in ("unsupported_image_url", "invalid_image", "image_too_large"):
+    if code in ("unsupported_image_url", "unsupported_image_format", "invalid_image", "image_too_large"):
         assert error["param"] == "messages.0.content.1"  # the offending content part
     after = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2))
     assert after.status_code == 200
-    assert 'dpmtv_errors_total{type="invalid_request_error"} 1' in request(app, "GET", "/metrics").text
+    metrics = metric_values(request(app, "GET", "/metrics").text)
+    assert metrics[("dpmtv_errors_total", (("type", "invalid_request_error"),))] == 1
 
 
 def test_unknown_route_and_method_use_the_error_shape(make_app):
@@ -267,6 +297,7 @@ def test_a_full_queue_answers_429_and_the_rest_are_served(make_app):
     assert 429 in statuses and set(statuses) == {200, 429}
     rejected = next(response for response in responses if response.status_code == 429)
     assert _error(rejected, 429, "queue_full")["type"] == "rate_limit_error"
+    assert int(rejected.headers["retry-after"]) >= 1
 
 
 # ---- authentication --------------------------------------------------------------------------
@@ -297,10 +328,12 @@ def test_metrics_are_prometheus_text(make_app):
     request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=2))
     request(app, "POST", "/v1/chat/completions", json=chat_body("nope"))
     response = request(app, "GET", "/metrics")
-    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    text = response.text
-    assert 'dpmtv_requests_total{path="/v1/chat/completions",status="200"} 1' in text
-    assert 'dpmtv_requests_total{path="/v1/chat/completions",status="404"} 1' in text
-    assert "dpmtv_request_latency_seconds_count 1" in text and "dpmtv_batch_size_count 1" in text
-    for line in text.splitlines():
-        assert line.startswith("#") or len(line.rsplit(" ", 1)) == 2 and float(line.rsplit(" ", 1)[1]) >= 0
+    assert response.headers["content-type"].startswith("text/plain")
+    values = metric_values(response.text)
+    chat = "/v1/chat/completions"
+    assert values[("dpmtv_requests_total", (("path", chat), ("status", "200")))] == 1
+    assert values[("dpmtv_requests_total", (("path", chat), ("status", "404")))] == 1
+    assert values[("dpmtv_request_latency_seconds_count", (("model", "colour"),))] == 1
+    assert values[("dpmtv_time_to_first_token_seconds_count", (("model", "colour"),))] == 1
+    assert 1 <= values[("dpmtv_generated_tokens_total", (("model", "colour"),))] <= 2
+    assert values[("dpmtv_batch_size_count", ())] == 1

@@ -54,7 +54,13 @@ API_KEY_ENV = "DPMTV_API_KEY"
     show_default=True,
     help="Requests allowed to wait; beyond it the server answers 429.",
 )
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Largest max_tokens accepted.")
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=256,
+    show_default=True,
+    help="The server's cap on generated tokens: a larger max_tokens is cut here (finish_reason 'length').",
+)
 @click.option(
     "--default-max-tokens",
     type=int,
@@ -68,9 +74,48 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=int,
     default=4096 * 4096,
     show_default=True,
-    help="Largest width×height accepted per image.",
+    help="Largest width×height accepted per image (read from its header).",
 )
-@click.option("--max-images", type=int, default=4, show_default=True, help="Images per request.")
+@click.option(
+    "--max-request-pixels",
+    type=int,
+    default=4 * 4096 * 4096,
+    show_default=True,
+    help="Largest width×height summed over one request's images.",
+)
+@click.option(
+    "--max-pixels-in-flight",
+    type=int,
+    default=8 * 4096 * 4096,
+    show_default=True,
+    help="Decoded pixels all admitted requests may hold together; beyond it, 429.",
+)
+@click.option("--max-images", type=int, default=16, show_default=True, help="Images per request.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Host name accepted without --api-key (repeatable; default: 127.0.0.1, localhost, ::1; '*': any).",
+)
+@click.option(
+    "--allowed-origin",
+    "allowed_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Cross-origin caller allowed, with CORS headers, e.g. http://localhost:3000 (repeatable; '*': any).",
+)
+@click.option(
+    "--header-timeout-s", type=float, default=10.0, show_default=True, help="Time for request headers."
+)
+@click.option(
+    "--body-timeout-s", type=float, default=30.0, show_default=True, help="Time for a request body."
+)
+@click.option(
+    "--max-connections",
+    type=int,
+    help="Open connections; more are closed at once (default: 512, or ulimit -n minus 100 if lower).",
+)
 @click.option(
     "--keep-alive-s",
     type=float,
@@ -99,20 +144,13 @@ def command(
     api_key,
     insecure_no_auth,
     patch_mode,
-    max_batch_size,
-    batch_window_ms,
-    max_queue,
-    max_tokens,
-    default_max_tokens,
-    max_body_bytes,
-    max_image_pixels,
-    max_images,
     keep_alive_s,
     threads,
     log_level,
     trusted_keys,
     dtype,
     device,
+    **limits,
 ):
     """Serve task vectors over an OpenAI-compatible HTTP API and a web page at /.
 
@@ -124,21 +162,11 @@ def command(
     try:
         import uvicorn
 
-        from dpmtv.serve import ServeSettings, create_app, load_served_model, parse_vector_spec
+        from dpmtv.serve import create_app, load_served_model, parse_vector_spec
+        from dpmtv.serve._connections import install_log_rate_limit, uvicorn_config
     except ImportError:
         raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
-    settings = ServeSettings(
-        api_key=api_key or None,
-        max_body_bytes=max_body_bytes,
-        max_image_pixels=max_image_pixels,
-        max_images=max_images,
-        max_tokens=max_tokens,
-        default_max_tokens=default_max_tokens,
-        max_queue=max_queue,
-        max_batch_size=max_batch_size,
-        batch_window_ms=batch_window_ms,
-        trusted_keys=tuple(trusted_keys),
-    )
+    settings = _settings(api_key, limits, trusted_keys)
     if threads is not None:
         import torch
 
@@ -163,13 +191,23 @@ def command(
         f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
         highlight=False,
     )
-    uvicorn.run(
-        create_app(served, settings),
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_keep_alive=keep_alive_s,
-    )
+    install_log_rate_limit()
+    app = create_app(served, settings)
+    uvicorn.Server(
+        uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
+    ).run()
+
+
+def _settings(api_key: str | None, limits: dict, trusted_keys=()):
+    """The server's limits from the options (checked, with the API key, before the model loads)."""
+    from dpmtv.serve import ServeSettings
+    from dpmtv.serve._connections import default_max_connections
+    from dpmtv.serve._settings import LOOPBACK_HOSTS
+
+    limits["allowed_hosts"] = tuple(limits["allowed_hosts"]) or LOOPBACK_HOSTS
+    limits["allowed_origins"] = tuple(limits["allowed_origins"])
+    limits["max_connections"] = limits["max_connections"] or default_max_connections()
+    return ServeSettings(api_key=api_key or None, trusted_keys=tuple(trusted_keys), **limits)
 
 
 def check_bind(host: str, *, api_key: str | None, insecure_no_auth: bool) -> None:

@@ -1,27 +1,32 @@
-"""The FastAPI application: routes, bearer auth, body limit, OpenAI error shape, metrics."""
+"""The FastAPI application: routes, body limits, admission, OpenAI error shape, metrics."""
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpmtv._version import __version__
+from dpmtv.serve._admission import PixelBudget, retry_after
 from dpmtv.serve._batcher import DynamicBatcher, Job, QueueFullError
 from dpmtv.serve._errors import ApiError, error_response
 from dpmtv.serve._generation import RowResult
 from dpmtv.serve._guarantee import QUERIES_ARE_FREE, model_cards
-from dpmtv.serve._metrics import Metrics
-from dpmtv.serve._requests import parse_chat_request, row_request
+from dpmtv.serve._guard import Guard
+from dpmtv.serve._metrics import CONTENT_TYPE, Metrics
+from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_request
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
 
@@ -29,23 +34,31 @@ _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 _PATHS = {
     "/",
     "/healthz",
+    "/health",
     "/metrics",
     "/v1/models",
     "/v1/chat/completions",
     *(f"/static/{f}" for f in _STATIC),
 }
-_PUBLIC_PATHS = {"/", "/healthz", *(f"/static/{f}" for f in _STATIC)}
+_PUBLIC_PATHS = {"/", "/healthz", "/health", *(f"/static/{f}" for f in _STATIC)}
+
+
+class _Disconnected(Exception):
+    """The client closed its connection before the answer was ready."""
 
 
 def create_app(served: ServedModel, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     metrics = Metrics()
     batcher = DynamicBatcher(served, settings, metrics)
+    # Images decode on their own thread: neither the event loop (health checks) nor generation waits.
+    decoder = ThreadPoolExecutor(1, thread_name_prefix="dpmtv-decode")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         batcher.close()
+        decoder.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="dpmtv", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
@@ -57,8 +70,11 @@ def create_app(served: ServedModel, settings: ServeSettings | None = None) -> Fa
         metrics,
     )
     _install_error_handlers(app, metrics)
-    _install_middleware(app, settings, metrics)
+    app.add_middleware(Guard, settings=settings, metrics=metrics, paths=_PATHS, public=_PUBLIC_PATHS)
     _install_routes(app, served, settings, batcher, metrics)
+    _install_chat(
+        app, _Chat(served, settings, batcher, metrics, PixelBudget(settings.max_pixels_in_flight), decoder)
+    )
     return app
 
 
@@ -83,42 +99,6 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         )
 
 
-def _install_middleware(app: FastAPI, settings: ServeSettings, metrics: Metrics) -> None:
-    @app.middleware("http")
-    async def auth_and_count(request: Request, call_next) -> Response:
-        path = request.url.path
-        if (
-            settings.api_key is not None
-            and path not in _PUBLIC_PATHS
-            and not _authorised(request, settings.api_key)
-        ):
-            metrics.observe_error("authentication_error")
-            response: Response = ApiError(
-                401,
-                "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                code="invalid_api_key",
-                kind="authentication_error",
-            ).response()
-        else:
-            try:
-                response = await call_next(request)
-            except Exception as exc:  # noqa: BLE001 — one failing request must not stop the server
-                metrics.observe_error("server_error")
-                response = error_response(
-                    500,
-                    f"internal error: {type(exc).__name__}: {exc}",
-                    code="internal_error",
-                    kind="server_error",
-                )
-        metrics.observe_request(path if path in _PATHS else "other", response.status_code)
-        return response
-
-
-def _authorised(request: Request, api_key: str) -> bool:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
-
-
 def _install_routes(
     app: FastAPI, served: ServedModel, settings: ServeSettings, batcher: DynamicBatcher, metrics: Metrics
 ) -> None:
@@ -133,6 +113,7 @@ def _install_routes(
         return Response(_static_text(name), media_type=_STATIC[name])
 
     @app.get("/healthz")
+    @app.get("/health")  # vLLM's name
     async def healthz() -> dict:
         return {
             "status": "ok",
@@ -142,10 +123,10 @@ def _install_routes(
         }
 
     @app.get("/metrics")
-    async def prometheus() -> PlainTextResponse:
-        return PlainTextResponse(
-            metrics.render(queue_length=batcher.queue_length), media_type="text/plain; version=0.0.4"
-        )
+    async def prometheus(request: Request) -> Response:
+        pixels = request.app.state.chat.pixels.held
+        body = metrics.render(queue_length=batcher.queue_length, pixels_in_flight=pixels)
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -163,49 +144,129 @@ def _install_routes(
             param="model",
         )
 
+
+class _Chat:
+    """Everything one chat completion passes through, from the body to the answer."""
+
+    def __init__(self, served, settings, batcher, metrics, pixels, decoder) -> None:
+        self.served, self.settings, self.batcher = served, settings, batcher
+        self.metrics, self.pixels, self.decoder = metrics, pixels, decoder
+
+    async def admit(self, request: Request, received: float) -> tuple[ChatRequest, Job, Callable[[], None]]:
+        """Parse, check, hold the images' pixels, decode them and queue the row (or refuse)."""
+        chat = parse_chat_request(await _read_body(request, self.settings))
+        planned = plan_row(chat, self.served, self.settings)
+        held = self.pixels.admit(planned.pixels, retry_after_s=self.batcher.retry_after_s)
+        try:
+            decode = partial(
+                row_request, planned, min_side=self.served.image_min_side, cancelled=threading.Event()
+            )
+            row = await asyncio.get_running_loop().run_in_executor(self.decoder, decode)
+            kept = sum(image.width * image.height for image in row.example.images)
+            self.pixels.release(held - kept)
+            held = kept
+            job = self.batcher.submit(row, model=chat.model, received_at=received)
+        except QueueFullError as exc:
+            self.pixels.release(held)
+            headers = {"Retry-After": retry_after(self.batcher.retry_after_s)}
+            raise ApiError(
+                429, str(exc), code="queue_full", kind="rate_limit_error", headers=headers
+            ) from None
+        except BaseException:
+            self.pixels.release(held)
+            raise
+        return chat, job, partial(self.pixels.release, held)
+
+
+def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
+    app.state.chat = chat_route
+    metrics = chat_route.metrics
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        started = time.perf_counter()
-        chat = parse_chat_request(await _read_body(request, settings.max_body_bytes))
-        row = row_request(chat, served, settings)
-        try:
-            job = batcher.submit(row)
-        except QueueFullError as exc:
-            raise ApiError(429, str(exc), code="queue_full", kind="rate_limit_error") from None
+        received = time.perf_counter()
+        chat, job, release = await chat_route.admit(request, received)
         completion = _Completion(chat.model)
         if chat.stream:
+            stream = _stream(job, completion, metrics, received, include_usage=chat.include_usage)
             return StreamingResponse(
-                _stream(job, completion, metrics, started),
+                _releasing(stream, job, release),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        result = await _result(job)
-        metrics.observe_latency(time.perf_counter() - started)
+        try:
+            result = await _result(job, request)
+        except _Disconnected:
+            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+        finally:
+            release()
+        metrics.observe_latency(chat.model, time.perf_counter() - received)
         return JSONResponse(completion.whole(result))
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused as soon as it is known to exceed ``limit`` (declared or streamed)."""
+async def _read_body(request: Request, settings: ServeSettings) -> bytes:
+    """The body, refused as soon as it is known to exceed the limit (declared or streamed), or
+    when it has not all arrived within ``body_timeout_s``."""
+    limit = settings.max_body_bytes
     declared = request.headers.get("content-length")
     too_large = ApiError(413, f"request body exceeds {limit} bytes (--max-body-bytes)", code="body_too_large")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(settings.body_timeout_s or None):
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"request body not received within {settings.body_timeout_s:g} s (--body-timeout-s)",
+            code="body_timeout",
+        ) from None
     return b"".join(chunks)
 
 
-async def _result(job: Job) -> RowResult:
+async def _result(job: Job, request: Request) -> RowResult:
+    """The finished row, or :class:`_Disconnected` (the job cancelled) if the client goes first."""
+    answer = asyncio.ensure_future(_final(job))
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            job.cancel()
+    if not answer.done() or answer.cancelled():
+        raise _Disconnected
+    return answer.result()
+
+
+async def _final(job: Job) -> RowResult:
     while True:
         kind, payload = await job.events.get()
         if kind == "done":
             return payload
         if kind == "error":
             raise payload
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _releasing(stream: AsyncIterator[str], job: Job, release: Callable[[], None]) -> AsyncIterator[str]:
+    """The stream; a client that leaves mid-stream cancels its row, and the pixels are released."""
+    try:
+        async for event in stream:
+            yield event
+    finally:
+        job.cancel()  # a no-op once the row has finished
+        release()
 
 
 class _Completion:
@@ -234,22 +295,31 @@ class _Completion:
             "usage": _usage(result),
         }
 
-    def chunk(self, delta: dict, finish_reason: str | None = None, usage: dict | None = None) -> str:
+    def chunk(self, delta: dict, finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return self._event([choice], None)
+
+    def usage_chunk(self, usage: dict) -> str:
+        return self._event([], usage)
+
+    def _event(self, choices: list, usage: dict | None) -> str:
         body = {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+            "choices": choices,
+            "usage": usage,
         }
-        if usage is not None:
-            body["usage"] = usage
         return f"data: {json.dumps(body)}\n\n"
 
 
-async def _stream(job: Job, completion: _Completion, metrics: Metrics, started: float) -> AsyncIterator[str]:
-    """Server-sent events: a role chunk, text deltas as tokens decode, the finish chunk, [DONE]."""
+async def _stream(
+    job: Job, completion: _Completion, metrics: Metrics, started: float, *, include_usage: bool
+) -> AsyncIterator[str]:
+    """Server-sent events: a role chunk, text deltas as tokens decode, the finish chunk, with
+    ``stream_options.include_usage`` a usage chunk (no choices, as OpenAI sends it), [DONE]."""
     yield completion.chunk({"role": "assistant", "content": ""})
     sent = ""
     while True:
@@ -261,13 +331,15 @@ async def _stream(job: Job, completion: _Completion, metrics: Metrics, started: 
             rest = payload.text[len(sent) :] if payload.text.startswith(sent) else ""
             if rest:
                 yield completion.chunk({"content": rest})
-            metrics.observe_latency(time.perf_counter() - started)
-            yield completion.chunk({}, payload.finish_reason, _usage(payload))
+            metrics.observe_latency(job.model, time.perf_counter() - started)
+            yield completion.chunk({}, payload.finish_reason)
+            if include_usage:
+                yield completion.usage_chunk(_usage(payload))
             break
         else:
             metrics.observe_error("server_error")
             error = {
-                "message": f"generation failed: {type(payload).__name__}: {payload}",
+                "message": f"generation failed ({type(payload).__name__}); the server log has the details",
                 "type": "server_error",
                 "param": None,
                 "code": "internal_error",

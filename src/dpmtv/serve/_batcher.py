@@ -4,13 +4,14 @@ The first waiting request waits up to ``batch_window_ms`` for company (less when
 then up to ``max_batch_size`` waiting requests with the same number of images (one processor
 call needs a uniform image layout) run together on one generation thread — whatever vector each
 asked for. While a batch runs, new requests queue; more than ``max_queue`` waiting is refused
-(:class:`QueueFullError`, HTTP 429) so a burst cannot grow memory without bound.
+(:class:`QueueFullError`, HTTP 429 with a Retry-After from the recent batch time) so a burst
+cannot grow memory without bound. A job whose client has gone is dropped from the queue, or
+stops at its next token when its batch is already running.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -33,12 +34,21 @@ class Job:
     ("error", exception)."""
 
     row: RowRequest
+    model: str  # the name the client asked for (a metrics label)
+    received_at: float  # perf_counter at the request's receipt
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    enqueued_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
 
     @property
     def image_count(self) -> int:
         return len(self.row.example.images)
+
+    def cancel(self) -> None:
+        self.row.cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.row.cancelled.is_set()
 
 
 class DynamicBatcher:
@@ -51,19 +61,25 @@ class DynamicBatcher:
         self._task: asyncio.Task | None = None
         # One generation thread: the model runs one batch at a time; the event loop stays free.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpmtv-generate")
-        self._lock = threading.Lock()
+        self.batch_seconds = 1.0  # the last batch's generation time, for Retry-After
 
     @property
     def queue_length(self) -> int:
         return len(self._pending)
 
-    def submit(self, row: RowRequest) -> Job:
+    @property
+    def retry_after_s(self) -> float:
+        """Roughly when a place frees up: the batches ahead of a new request, at the last batch's pace."""
+        batches_ahead = 1 + len(self._pending) // self.settings.max_batch_size
+        return batches_ahead * self.batch_seconds
+
+    def submit(self, row: RowRequest, *, model: str, received_at: float) -> Job:
         if len(self._pending) >= self.settings.max_queue:
             raise QueueFullError(
                 f"the server is busy: {len(self._pending)} requests are waiting (limit --max-queue "
                 f"{self.settings.max_queue}); retry shortly"
             )
-        job = Job(row)
+        job = Job(row, model, received_at)
         self._pending.append(job)
         self._ensure_running()
         self._wakeup.set()
@@ -90,10 +106,19 @@ class DynamicBatcher:
             if len(self._pending) < self.settings.max_batch_size and self.settings.batch_window_ms > 0:
                 await asyncio.sleep(self.settings.batch_window_ms / 1000)
             batch = self._take_batch()
-            await loop.run_in_executor(self._executor, self._generate, batch, loop)
+            if batch:
+                started = time.perf_counter()
+                await loop.run_in_executor(self._executor, self._generate, batch, loop)
+                self.batch_seconds = time.perf_counter() - started
 
     def _take_batch(self) -> list[Job]:
-        """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first."""
+        """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first;
+        jobs whose clients have gone are dropped."""
+        for job in [job for job in self._pending if job.cancelled]:
+            self._pending.remove(job)
+            self.metrics.observe_cancelled(job.model, started=False)
+        if not self._pending:
+            return []
         images = self._pending[0].image_count
         batch, rest = [], deque()
         while self._pending:
@@ -105,7 +130,11 @@ class DynamicBatcher:
 
     def _generate(self, batch: Sequence[Job], loop: asyncio.AbstractEventLoop) -> None:
         def on_text(row: int, text: str) -> None:
-            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", text))
+            job = batch[row]
+            if job.first_token_at is None:
+                job.first_token_at = time.perf_counter()
+                self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
+            loop.call_soon_threadsafe(job.events.put_nowait, ("text", text))
 
         self.metrics.observe_batch(len(batch))
         try:
@@ -115,4 +144,9 @@ class DynamicBatcher:
                 loop.call_soon_threadsafe(job.events.put_nowait, ("error", exc))
             return
         for job, result in zip(batch, results, strict=True):
+            if job.first_token_at is None:  # no text decoded (an end token first): the answer is the first
+                self.metrics.observe_first_token(job.model, time.perf_counter() - job.received_at)
+            self.metrics.observe_tokens(job.model, result.completion_tokens)
+            if result.finish_reason == "cancelled":
+                self.metrics.observe_cancelled(job.model, started=True)
             loop.call_soon_threadsafe(job.events.put_nowait, ("done", result))

@@ -16,8 +16,10 @@ class ApiError(Exception):
         code: str,
         kind: str = "invalid_request_error",
         param: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.code = code
@@ -25,7 +27,7 @@ class ApiError(Exception):
         self.param = param
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        headers = {**self.headers, **({"WWW-Authenticate": "Bearer"} if self.status == 401 else {})}
         return error_response(
             self.status, self.message, code=self.code, kind=self.kind, param=self.param, headers=headers
         )

@@ -5,12 +5,14 @@ values where its mask is 1 and keeps its own activation elsewhere
 (:func:`dpmtv.hooks.blend_heads_per_row`), in the model's patch mode. Zero-shot rows have an
 all-zero mask. A batch without any vector runs with no hooks at all.
 
-Rows stop on their own ``max_new_tokens`` or an end token (a stopping criterion per row), and
-``on_text`` receives each row's new text as soon as its token is decoded (for streaming).
+Rows stop on their own ``max_new_tokens``, an end token, or when their client has gone (the
+row's ``cancelled`` event; a stopping criterion per row), and ``on_text`` receives each row's new
+text as soon as its token is decoded (for streaming). Generation ends when every row has stopped.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,12 +31,13 @@ class RowRequest:
     example: Example
     vector: ServedVector | None  # None: zero-shot
     max_new_tokens: int
+    cancelled: threading.Event  # set when the client disconnects: the row stops at its next token
 
 
 @dataclass(frozen=True)
 class RowResult:
     text: str
-    finish_reason: str  # "stop" (end token) or "length" (max_new_tokens)
+    finish_reason: str  # "stop" (end token), "length" (max_new_tokens) or "cancelled" (client gone)
     prompt_tokens: int
     completion_tokens: int
 
@@ -52,6 +55,7 @@ def generate_rows(
         adapter.tokenizer,
         inputs["input_ids"].shape[1],
         [r.max_new_tokens for r in rows],
+        [r.cancelled for r in rows],
         adapter.eos_token_ids,
         on_text,
     )
@@ -93,11 +97,18 @@ class _RowTracker(StoppingCriteria):
     """Collects each row's new tokens, streams their text, and stops rows independently."""
 
     def __init__(
-        self, tokenizer, prompt_length: int, limits: list[int], eos_ids: list[int], on_text: OnText | None
+        self,
+        tokenizer,
+        prompt_length: int,
+        limits: list[int],
+        cancelled: list[threading.Event],
+        eos_ids: list[int],
+        on_text: OnText | None,
     ):
         self.tokenizer = tokenizer
         self.prompt_length = prompt_length
         self.limits = limits
+        self.cancelled = cancelled
         self.eos_ids = set(eos_ids)
         self.on_text = on_text
         self.tokens: list[list[int]] = [[] for _ in limits]
@@ -109,6 +120,9 @@ class _RowTracker(StoppingCriteria):
         newest = input_ids[:, -1].tolist()
         for row, token in enumerate(newest):
             if self.done[row]:
+                continue
+            if self.cancelled[row].is_set():
+                self.done[row], self.finish_reasons[row] = True, "cancelled"
                 continue
             if token in self.eos_ids:
                 self.done[row], self.finish_reasons[row] = True, "stop"

@@ -1,87 +1,80 @@
-"""Prometheus text-format metrics (exposition format 0.0.4), kept by hand: a few counters and
-two histograms need no client library."""
+"""Prometheus metrics through ``prometheus_client``, in a registry of the app's own (two apps in
+one process, as in the tests, never share counts). Per-model series carry the name the client
+asked for: a served vector's name or the bare model's."""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from collections.abc import Sequence
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-class _Histogram:
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * len(self.buckets)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        for index, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[index] += 1
-        self.total += value
-        self.count += 1
-
-    def lines(self, name: str) -> list[str]:
-        out = [f'{name}_bucket{{le="{bound:g}"}} {count}' for bound, count in zip(self.buckets, self.counts)]
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
-        out.append(f"{name}_sum {self.total:.6f}")
-        out.append(f"{name}_count {self.count}")
-        return out
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    """Updated from the event loop and the generation thread, hence the lock."""
+    """prometheus_client's metrics are thread-safe: the generation thread updates them too."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: Counter[tuple[str, int]] = Counter()  # (path, status)
-        self.errors: Counter[str] = Counter()  # error type
-        self.batch_size = _Histogram(BATCH_BUCKETS)
-        self.latency = _Histogram(LATENCY_BUCKETS_S)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "dpmtv_requests", "HTTP requests by path and status code.", ["path", "status"], registry=r
+        )
+        self.errors = Counter("dpmtv_errors", "Error responses by OpenAI error type.", ["type"], registry=r)
+        self.batch_size = Histogram(
+            "dpmtv_batch_size", "Requests per generation batch.", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.latency = Histogram(
+            "dpmtv_request_latency_seconds",
+            "Chat completion latency, receipt to last token, per model.",
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "dpmtv_time_to_first_token_seconds",
+            "Receipt to the first decoded text, per model.",
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "dpmtv_generated_tokens", "Completion tokens generated, per model.", ["model"], registry=r
+        )
+        self.cancelled = Counter(
+            "dpmtv_cancelled_requests",
+            "Requests whose client disconnected, by model and whether generation had started.",
+            ["model", "started"],
+            registry=r,
+        )
+        self.queue_length = Gauge("dpmtv_queue_length", "Requests waiting for a batch.", registry=r)
+        self.pixels_in_flight = Gauge(
+            "dpmtv_pixels_in_flight", "Decoded image pixels held by admitted requests.", registry=r
+        )
 
     def observe_request(self, path: str, status: int) -> None:
-        with self._lock:
-            self.requests[(path, status)] += 1
+        self.requests.labels(path=path, status=str(status)).inc()
 
     def observe_error(self, error_type: str) -> None:
-        with self._lock:
-            self.errors[error_type] += 1
+        self.errors.labels(type=error_type).inc()
 
     def observe_batch(self, size: int) -> None:
-        with self._lock:
-            self.batch_size.observe(size)
+        self.batch_size.observe(size)
 
-    def observe_latency(self, seconds: float) -> None:
-        with self._lock:
-            self.latency.observe(seconds)
+    def observe_latency(self, model: str, seconds: float) -> None:
+        self.latency.labels(model=model).observe(seconds)
 
-    def render(self, *, queue_length: int) -> str:
-        with self._lock:
-            lines = [
-                "# HELP dpmtv_requests_total HTTP requests by path and status code.",
-                "# TYPE dpmtv_requests_total counter",
-                *(
-                    f'dpmtv_requests_total{{path="{path}",status="{status}"}} {count}'
-                    for (path, status), count in sorted(self.requests.items())
-                ),
-                "# HELP dpmtv_errors_total Error responses by OpenAI error type.",
-                "# TYPE dpmtv_errors_total counter",
-                *(
-                    f'dpmtv_errors_total{{type="{kind}"}} {count}'
-                    for kind, count in sorted(self.errors.items())
-                ),
-                "# HELP dpmtv_batch_size Requests per generation batch.",
-                "# TYPE dpmtv_batch_size histogram",
-                *self.batch_size.lines("dpmtv_batch_size"),
-                "# HELP dpmtv_request_latency_seconds Chat completion latency, receipt to last token.",
-                "# TYPE dpmtv_request_latency_seconds histogram",
-                *self.latency.lines("dpmtv_request_latency_seconds"),
-                "# HELP dpmtv_queue_length Requests waiting for a batch.",
-                "# TYPE dpmtv_queue_length gauge",
-                f"dpmtv_queue_length {queue_length}",
-            ]
-        return "\n".join(lines) + "\n"
+    def observe_first_token(self, model: str, seconds: float) -> None:
+        self.first_token.labels(model=model).observe(seconds)
+
+    def observe_tokens(self, model: str, count: int) -> None:
+        self.tokens.labels(model=model).inc(count)
+
+    def observe_cancelled(self, model: str, *, started: bool) -> None:
+        self.cancelled.labels(model=model, started=str(started).lower()).inc()
+
+    def render(self, *, queue_length: int, pixels_in_flight: int) -> bytes:
+        self.queue_length.set(queue_length)
+        self.pixels_in_flight.set(pixels_in_flight)
+        return generate_latest(self.registry)

@@ -49,6 +49,34 @@ class ServedModel:
     def model_names(self) -> list[str]:
         return [*self.vectors, self.name]
 
+    @property
+    def image_min_side(self) -> int:
+        """The shorter side a received image is reduced to: twice the largest side the image
+        processor works at, so the processor's own resize still does the final step."""
+        return 2 * processor_side(self.loaded.adapter.processor)
+
+
+_FALLBACK_SIDE = 1024  # a processor that does not say: keep up to 2048 px on the shorter side
+
+
+def processor_side(processor: Any) -> int:
+    """The largest side, in pixels, the processor resizes images to (its ``size``/``crop_size``
+    fields: height/width, shortest/longest edge, or the square root of a pixel budget)."""
+    image_processor = getattr(processor, "image_processor", processor)
+    sides = []
+    for field in ("size", "crop_size"):
+        size = getattr(image_processor, field, None)
+        entries = dict(size) if isinstance(size, dict) else getattr(size, "__dict__", {})
+        for key in ("height", "width", "shortest_edge", "longest_edge", "max_height", "max_width"):
+            if isinstance(entries.get(key), int):
+                sides.append(entries[key])
+        if isinstance(entries.get("max_pixels"), int):
+            sides.append(int(entries["max_pixels"] ** 0.5) + 1)
+    max_pixels = getattr(image_processor, "max_pixels", None)
+    if isinstance(max_pixels, int):
+        sides.append(int(max_pixels**0.5) + 1)
+    return max(sides) if sides else _FALLBACK_SIDE
+
 
 def model_name(model: str) -> str:
     """The bare model's name: the last path component of ``--model`` (``embedded``, ``Qwen2-VL-2B``)."""

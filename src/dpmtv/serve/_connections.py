@@ -1,0 +1,156 @@
+"""Connection-level limits uvicorn lacks, and the uvicorn configuration `dpmtv serve` runs.
+
+uvicorn closes idle keep-alive connections but never a connection that sends nothing, or its
+headers one byte at a time (slowloris), and it accepts sockets until the process runs out of
+file descriptors — then asyncio logs one traceback per failed ``accept()``. Here:
+
+- **header timeout**: from the connection's start, or a new request's first byte, the request
+  line and headers must all arrive within ``header_timeout_s`` or the connection is closed;
+- **body timeout**: ``body_timeout_s``, in the app (``_read_body``, a 408);
+- **connection limit**: a socket accepted beyond ``max_connections`` open ones is closed at once,
+  so a flood of idle sockets cannot use up the descriptors (keep the limit below ``ulimit -n``);
+- **log rate limit**: a message repeated more than a few times a minute is dropped, with a count
+  of what was dropped on the next line that passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from dpmtv.serve._settings import ServeSettings
+
+logger = logging.getLogger("dpmtv.serve")
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline and a cap on open connections."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 512
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_deadline: asyncio.TimerHandle | None = None
+        if len(self.connections) > self.max_connections:
+            logger.warning("closed a connection: %d are open (--max-connections)", len(self.connections) - 1)
+            transport.close()
+            return
+        self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm_header_deadline()  # the first byte of a new request on a kept-alive connection
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm_header_deadline()  # the request line and headers have arrived
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def _arm_header_deadline(self) -> None:
+        if self.header_timeout_s > 0:
+            self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def _disarm_header_deadline(self) -> None:
+        if getattr(self, "_header_deadline", None) is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        if not self.transport.is_closing():
+            logger.info("closed a connection whose request headers took over %g s", self.header_timeout_s)
+            self.transport.close()
+
+
+def default_max_connections() -> int:
+    """512, or fewer where ``ulimit -n`` is low: 100 descriptors stay free for the model's files,
+    the log and the sockets being refused."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 512
+    return max(8, min(512, soft - 100))
+
+
+def guarded_protocol(settings: ServeSettings) -> type[GuardedH11Protocol]:
+    """The protocol class with this server's limits (uvicorn builds one instance per connection)."""
+    return type(
+        "DpmtvH11Protocol",
+        (GuardedH11Protocol,),
+        {"header_timeout_s": settings.header_timeout_s, "max_connections": settings.max_connections},
+    )
+
+
+class RateLimitFilter(logging.Filter):
+    """At most ``per_minute`` records per minute of one message (its template's first line); the
+    next record that passes says how many were dropped."""
+
+    def __init__(self, per_minute: int = 10, clock=time.monotonic) -> None:
+        super().__init__()
+        self.per_minute, self.clock = per_minute, clock
+        self._windows: dict[tuple[str, str], list[float]] = {}
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        # The first line: asyncio's accept() failures differ only in the lines that follow.
+        key = (record.name, str(record.msg).split("\n", 1)[0][:200])
+        window, count = self._windows.setdefault(key, [now, 0])
+        if now - window >= 60:
+            self._windows[key] = [now, 0]
+            count = 0
+        self._windows[key][1] = count + 1
+        if count >= self.per_minute:
+            self._dropped += 1
+            return False
+        if self._dropped:
+            record.msg = f"{record.msg} [{self._dropped} repeated log lines dropped before this one]"
+            self._dropped = 0
+        if len(self._windows) > 10_000:  # templates are few; formatted messages could be many
+            self._windows.clear()
+        return True
+
+
+_RATE_LIMITED = ("uvicorn.error", "asyncio", "dpmtv.serve")
+
+
+def install_log_rate_limit(per_minute: int = 10) -> RateLimitFilter:
+    """One filter on the loggers a flood of bad connections writes to (idempotent)."""
+    rate_limit = RateLimitFilter(per_minute)
+    for name in _RATE_LIMITED:
+        target = logging.getLogger(name)
+        for old in [f for f in target.filters if isinstance(f, RateLimitFilter)]:
+            target.removeFilter(old)
+        target.addFilter(rate_limit)
+    return rate_limit
+
+
+def uvicorn_config(
+    app: Any,
+    settings: ServeSettings,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    keep_alive_s: float = 30.0,
+) -> uvicorn.Config:
+    """What `dpmtv serve` runs (and what the tests run on loopback)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=guarded_protocol(settings),
+        timeout_keep_alive=keep_alive_s,
+        backlog=min(2048, settings.max_connections),
+        timeout_graceful_shutdown=30,
+    )

@@ -1,0 +1,192 @@
+"""Slow and vanishing clients against a real uvicorn on 127.0.0.1, configured as `dpmtv serve`
+is (bounded: a handful of sockets, timeouts of about a second)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+
+import httpx
+import pytest
+
+from dpmtv.serve import ServeSettings, create_app
+from dpmtv.serve._connections import RateLimitFilter
+from tests.serve._live import live_server
+from tests.serve.conftest import chat_body
+from tests.serve.test_api import metric_values
+
+WAIT_S = 20.0  # generous bound for a busy machine; the server's own timeouts are 1 s
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
+    return sock
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    sock.settimeout(WAIT_S)
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True when the server closes the socket within WAIT_S (recv sees EOF or a reset)."""
+    sock.settimeout(WAIT_S)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def guarded(served):
+    settings = ServeSettings(
+        header_timeout_s=1.0, body_timeout_s=1.0, max_connections=6, batch_window_ms=1000
+    )
+    with live_server(create_app(served, settings)) as url:
+        yield url
+
+
+def test_connections_that_send_nothing_are_closed_and_the_server_still_answers(guarded):
+    idle = [_connect(guarded) for _ in range(4)]
+    try:
+        assert all(_closed_by_server(sock) for sock in idle)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert httpx.get(f"{guarded}/healthz", timeout=WAIT_S).status_code == 200
+
+
+def test_slowloris_headers_are_cut_off_at_the_header_timeout(guarded):
+    sockets = [_connect(guarded) for _ in range(4)]
+    started = time.monotonic()
+    closed = [False] * len(sockets)
+    try:
+        for sock in sockets:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            sock.setblocking(False)
+        while not all(closed) and time.monotonic() - started < WAIT_S:
+            for i, sock in enumerate(sockets):  # one header byte per socket every 0.1 s
+                if closed[i]:
+                    continue
+                try:
+                    sock.sendall(b"X")
+                    if sock.recv(1) == b"":
+                        closed[i] = True
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, ConnectionResetError):
+                    closed[i] = True
+            time.sleep(0.1)
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert all(closed), "slow-header connections stayed open"
+
+
+def test_a_stalled_body_gets_408(guarded):
+    sock = _connect(guarded)
+    try:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"model": '
+        )
+        reply = _read_until(sock, b"}}").decode()
+    finally:
+        sock.close()
+    assert reply.startswith("HTTP/1.1 408") and "--body-timeout-s" in reply
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(guarded):
+    held = [_connect(guarded) for _ in range(6)]
+    try:
+        extra = _connect(guarded)
+        extra.settimeout(WAIT_S)
+        assert extra.recv(1) == b""  # closed before any request (the limit is 6)
+        extra.close()
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + WAIT_S
+    while True:  # the held sockets are released as the server sees them close
+        try:
+            if httpx.get(f"{guarded}/healthz", timeout=WAIT_S).status_code == 200:
+                break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def _raw_post(url: str, body: dict) -> socket.socket:
+    sock = _connect(url)
+    payload = json.dumps(body).encode()
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    return sock
+
+
+def _metrics(url: str) -> dict:
+    return metric_values(httpx.get(f"{url}/metrics", timeout=WAIT_S).text)
+
+
+def _wait_for(url: str, key: tuple, value: float) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while (metrics := _metrics(url)).get(key) != value:
+        assert time.monotonic() < deadline, (key, {k: v for k, v in metrics.items() if "cancel" in k[0]})
+        time.sleep(0.2)
+    return metrics
+
+
+def test_a_request_abandoned_in_the_queue_is_never_generated(guarded):
+    sock = _raw_post(guarded, chat_body("colour", max_tokens=50))
+    time.sleep(0.2)  # inside the 1 s batch window
+    sock.close()
+    key = ("dpmtv_cancelled_requests_total", (("model", "colour"), ("started", "false")))
+    metrics = _wait_for(guarded, key, 1)
+    assert metrics.get(("dpmtv_generated_tokens_total", (("model", "colour"),)), 0) == 0
+
+
+def test_a_stream_abandoned_mid_answer_stops_generating(guarded):
+    body = chat_body("shape", image_seed=5, max_tokens=200, stream=True)
+    whole = httpx.post(f"{guarded}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
+    assert whole["choices"][0]["finish_reason"] == "length"  # this query runs to its limit
+    before = _metrics(guarded).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
+    sock = _raw_post(guarded, body)
+    head = _read_until(sock, b"data:")
+    while head.count(b"data:") < 2:  # the role chunk, then the first text: generation has started
+        head += sock.recv(65536)
+    sock.close()
+    key = ("dpmtv_cancelled_requests_total", (("model", "shape"), ("started", "true")))
+    metrics = _wait_for(guarded, key, 1)
+    assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < 200
+
+
+def test_repeated_log_lines_are_rate_limited():
+    now = [0.0]
+    limit = RateLimitFilter(per_minute=3, clock=lambda: now[0])
+
+    def record(fd: int = 0) -> logging.LogRecord:  # asyncio's message, its socket line varying
+        message = f"socket.accept() out of system resource\nsocket: <socket fd={fd}>"
+        return logging.LogRecord("asyncio", logging.ERROR, "x", 1, message, None, None)
+
+    passed = [limit.filter(record(fd)) for fd in range(1000)]
+    assert sum(passed) == 3
+    now[0] = 61.0
+    last = record()
+    assert limit.filter(last) and "997 repeated log lines dropped" in last.msg
