@@ -142,3 +142,4 @@ def test_the_serve_command_starts_uvicorn_and_serves(tiny_llava_path, served_vec
     finally:
         server.terminate()
         server.wait(timeout=30)
+        server.stdout.close()  # else a ResourceWarning (an error in the suite) when it is collected
