@@ -26,7 +26,7 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
-from dpmtv.errors import LedgerError, ParameterError
+from dpmtv.errors import DistributedError, LedgerError, ParameterError
 from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
 from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
@@ -399,6 +399,8 @@ def _explain_failure(charge, exc: BaseException) -> None:
         if isinstance(exc, OSError):
             nothing = "; nothing was charged" if charge is not None else ""
             raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None
+        if isinstance(exc, DistributedError):  # a lost worker or raylet: Ray's own words, one line
+            raise DistributedError(f"{exc}; nothing was charged") from None
         return
     spent = (
         f"dataset {charge.dataset!r} was voided"
@@ -409,6 +411,8 @@ def _explain_failure(charge, exc: BaseException) -> None:
     message = f"{spent} for a build that then failed; the charge stands (noise was drawn)"
     if isinstance(exc, OSError):
         raise ParameterError(f"{message}. The artifact was not written: {exc}") from None
+    if isinstance(exc, DistributedError):
+        raise DistributedError(f"{exc}; {message}") from None
     err_console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
 

@@ -24,8 +24,10 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from dpmtv.data.records import Record
+from dpmtv.errors import DistributedError
 from dpmtv.heads import HeadSet
 from dpmtv.privacy import ClippedSumAccumulator, Partition
+from dpmtv.privacy.aggregate import max_clipped_sum_norm
 
 __all__ = [
     "ChunkJob",
@@ -75,6 +77,9 @@ class ChunkTask(Protocol):
 
     shots_per_chunk: int  # records per chunk that travel to a worker
     description: str  # for the progress bar
+
+    # Optional: ``check_batch(value, *, batch_id, num_chunks)``, the driver's check of one batch's
+    # result from a worker (raises DistributedError); ClippedSum checks its sum's norm.
 
     def run(self, loaded, records: Sequence[Record], partition: Partition, *, progress: bool) -> Any: ...
 
@@ -158,6 +163,34 @@ class ClippedSum(_ClippedChunksTask):
         for accumulator in results:
             total.merge(accumulator)
         return total
+
+    def check_batch(self, value, *, batch_id: int, num_chunks: int) -> None:
+        """A worker's sum for ``num_chunks`` chunks: one row per chunk, and per layer an L2 norm
+        no clipped chunks can exceed, ``n·C_l`` up to float rounding
+        (:func:`~dpmtv.privacy.aggregate.max_clipped_sum_norm`) — so the whole sum is within
+        ``n·‖C‖``, ``‖C‖ = sqrt(Σ_l C_l²)``. A sum beyond it (a bug or a tampered worker) would
+        break Δ: refused before the noise. The message names no norm (it is private)."""
+        dims, norms = self.job.layer_dims, self.job.l2_clip_norms
+        if (
+            not isinstance(value, ClippedSumAccumulator)
+            or value.layer_dims != dims
+            or value.num_rows != num_chunks
+        ):
+            raise DistributedError(
+                f"batch {batch_id}: the worker's answer is not a sum of {num_chunks} chunk(s) over "
+                f"layers {sorted(dims)}; refused before the noise"
+            )
+        bounds = {
+            layer: max_clipped_sum_norm(norms[layer], num_rows=num_chunks, dim=dims[layer]) for layer in dims
+        }
+        above = value.layers_above(bounds)
+        if above:
+            layer = above[0]
+            raise DistributedError(
+                f"batch {batch_id}: the worker's sum of {num_chunks} clipped chunk(s) has an L2 norm above "
+                f"{num_chunks}·C = {bounds[layer]:.6g} in layer {layer}, more than clipped chunks can sum "
+                "to; refused before the noise"
+            )
 
 
 @dataclass(frozen=True)
