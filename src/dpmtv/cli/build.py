@@ -455,6 +455,7 @@ def _heads(loaded, params):
     from dpmtv.settings import PrivateSelectionSettings
 
     if params["heads_from"] == "private":
+        _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
         private_selection = PrivateSelectionSettings(
             k=params["select_k"],
             selection_fraction=params["selection_fraction"],
@@ -473,6 +474,17 @@ def _heads(loaded, params):
         progress=not params["quiet"],
     )
     return heads, head_selection, None
+
+
+def _check_select_k(k: int, pool_spec: str, geometry) -> None:
+    """k heads are picked from the pool: 1 <= k <= its size (0 used to fail deep in Δ)."""
+    from dpmtv.heads import parse_head_spec
+
+    pool = len(parse_head_spec(pool_spec, geometry).pairs)
+    if not 1 <= k <= pool:
+        raise ParameterError(
+            f"--select-k must be between 1 and {pool} (the heads in --select-pool {pool_spec!r}), got {k}"
+        )
 
 
 def _check_public_inputs(records, heads_from, center, query, public_data) -> None:
