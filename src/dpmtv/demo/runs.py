@@ -10,8 +10,6 @@ import numpy as np
 from rich.console import Console
 
 from dpmtv._progress import progress_bar
-from dpmtv.build import BuildSettings, build_task_vector
-from dpmtv.chunks import ChunkPrompts
 from dpmtv.demo.config import DemoConfig, default_config, load_defaults
 from dpmtv.demo.report import print_summary, summarise_groups, write_outputs
 from dpmtv.embedded.generator import get_task
@@ -20,6 +18,8 @@ from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import LoadedModel, load_model
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
+from dpmtv.pipeline.partition import ChunkPrompts
 from dpmtv.privacy import (
     AdjacencyRelation,
     l2_sensitivity,
