@@ -74,8 +74,9 @@ def test_auto_with_a_remote_ray_address_is_checked_too(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", UNREACHABLE)
     with pytest.raises(ParameterError, match="RAY_ADDRESS"):
         check_ray_network("auto", insecure_network=False)
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    check_ray_network("auto", insecure_network=False)
+    for local in ("127.0.0.1:6379", "auto", "local", ""):
+        monkeypatch.setenv("RAY_ADDRESS", local)
+        check_ray_network("auto", insecure_network=False)
 
 
 @pytest.mark.parametrize("opt_in", ["tls", "flag"])

@@ -58,7 +58,8 @@ def head_address(address: str) -> str | None:
     this machine's own cluster, or a new local one)."""
     if address != "auto":
         return address
-    return os.environ.get("RAY_ADDRESS") or None
+    variable = os.environ.get("RAY_ADDRESS", "")
+    return None if variable in ("", "auto", "local") else variable
 
 
 def check_ray_network(address: str, *, insecure_network: bool) -> None:
