@@ -284,3 +284,20 @@ def test_user_level_build_is_per_user(runner, tiny_llava_path, tmp_path):
         main, [*_build_args(tiny_llava_path, data, out), "--privacy-unit", "user", "--force"]
     )
     assert result.exit_code == 2 and "--num-chunks" in result.output
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "9"])
+def test_select_k_outside_its_range_names_the_option_and_the_range(
+    runner, tiny_llava_path, records_file, tmp_path, k
+):
+    """A regression: --select-k 0 said 'l2_clip_norms must hold one norm per selected layer, got
+    none'. The tiny LLaVA's pool 'layers:0' holds 4 heads."""
+    args = _build_args(tiny_llava_path, records_file, tmp_path / "k.safetensors")
+    i = args.index("--heads")
+    del args[i : i + 2]
+    result = runner.invoke(
+        main, [*args, "--heads-from", "private", "--select-pool", "layers:0", "--select-k", k]
+    )
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "--select-k" in lines[0] and "between 1 and 4" in lines[0] and f"got {k}" in lines[0]

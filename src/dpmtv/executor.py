@@ -67,6 +67,9 @@ class ChunkTask(Protocol):
 
     def combine(self, results: list[Any]) -> Any: ...
 
+    # Optional: ``check_batch(value, *, batch_id, num_chunks)``, the driver's check of one batch's
+    # result from a worker (raises DistributedError); ClippedSum checks its sum's norm.
+
 
 class Executor(Protocol):
     workers: int

@@ -1,5 +1,6 @@
-"""Test helpers for distributed runs: a Ray worker that dies once, one torch thread (the kernel
-paths of a Ray actor with one CPU), and comparisons of clipped sums."""
+"""Test helpers for distributed runs: a Ray worker that dies once, one that inflates its sums,
+one torch thread (the kernel paths of a Ray actor with one CPU), and comparisons of clipped
+sums."""
 
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ class _DiesInItsFirstBatchOne(ChunkWorker):
             self.marker.touch()
             os._exit(1)
         return super().run(task, batch)
+
+
+class InflatesItsSums(ChunkWorker):
+    """Returns, for its n chunks, a sum as long as n + 1 clipped chunks could make (a bug, or a
+    tampered worker): one row per chunk, as the driver expects, but a norm no n chunks reach."""
+
+    def run(self, task, batch):
+        result = super().run(task, batch)
+        rows = result.value.num_rows
+        for layer, dim in result.value.layer_dims.items():
+            length = (rows + 1) * task.job.l2_clip_norms[layer]
+            result.value._sums[layer] = np.full(dim, length / np.sqrt(dim))  # no public setter
+        return result
 
 
 def dies_in_batch_one(marker: Path) -> type:

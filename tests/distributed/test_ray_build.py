@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.distributed import RayExecutor, split_batches
+from dpmtv.distributed.network import wait_for_head
+from dpmtv.errors import DistributedError
 from dpmtv.executor import LocalExecutor, ModelSource
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, reference_activations
@@ -22,6 +24,7 @@ from dpmtv.vector import load_task_vector
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
 from tests.distributed._helpers import (
+    InflatesItsSums,
     assert_close_relative,
     dies_in_batch_one,
     one_torch_thread,
@@ -169,3 +172,19 @@ def test_a_huge_public_m_sends_only_the_nonempty_chunks(ray_cluster, tiny_llava,
         summed_values(local, partition.num_chunks),
         rel=FLOAT32_REL,
     )
+
+
+def test_a_worker_that_inflates_its_sum_is_refused_before_the_noise(
+    ray_cluster, tiny_llava, tiny_llava_path, records
+):
+    """On the old code the inflated sums were merged and released (3x the signal, Δ broken)."""
+    partition, task = _task(tiny_llava, records)
+    with _executor(tiny_llava_path, worker_class=InflatesItsSums) as executor:
+        with pytest.raises(
+            DistributedError, match=r"batch \d+: .* L2 norm above 2·C = .* refused before the noise"
+        ):
+            executor.run(tiny_llava, records, partition, task)
+
+
+def test_the_running_head_answers_the_connect_check(ray_cluster):
+    wait_for_head(ray_cluster.get_runtime_context().gcs_address, connect_timeout_s=10)

@@ -4,6 +4,7 @@ combined in batch order, they equal the task run on all chunks at once."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -11,11 +12,13 @@ from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.distributed import split_batches
 from dpmtv.distributed.batches import chunks_as_partition
+from dpmtv.errors import DistributedError
 from dpmtv.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, reference_activations
 from dpmtv.pipeline.plan import plan_layout
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows, ClippedSum
+from dpmtv.privacy import ClippedSumAccumulator
 from dpmtv.selection.private import HeadVotes
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
@@ -79,3 +82,26 @@ def test_audit_ray_option_without_ray_prints_the_install_line(monkeypatch, tmp_p
     args += ["--heads", "all", "--l2-clip-norm", "1", "--shots-per-chunk", "2", "--out", str(tmp_path / "o")]
     result = CliRunner().invoke(main, [*args, "--ray", "auto"])
     assert result.exit_code == 1 and "pip install 'dpmtv[ray]'" in result.output
+
+
+def test_the_driver_refuses_a_batch_sum_that_clipped_chunks_cannot_have(tiny_llava, records):
+    """The check a Ray executor runs on every answer (tests/distributed/test_ray_build.py runs
+    it on a real cluster with a worker that inflates its sum)."""
+    partition, job = _job(tiny_llava, records)
+    task = ClippedSum(job)
+    batch = split_batches(records, partition, shots_per_chunk=task.shots_per_chunk, chunks_per_batch=2)[0]
+    honest = task.run(tiny_llava, *batch.as_partition(), progress=False)
+    task.check_batch(honest, batch_id=0, num_chunks=2)
+    with pytest.raises(DistributedError, match="not a sum of 3 chunk"):
+        task.check_batch(honest, batch_id=0, num_chunks=3)
+    dims = job.layer_dims
+    inflated = ClippedSumAccumulator.of(
+        {
+            layer: np.tile(np.full(dim, 2 * job.l2_clip_norms[layer] / np.sqrt(dim)), (2, 1))
+            for layer, dim in dims.items()
+        }
+    )
+    with pytest.raises(
+        DistributedError, match=r"batch 0: .* L2 norm above 2·C = .* refused before the noise"
+    ):
+        task.check_batch(inflated, batch_id=0, num_chunks=2)

@@ -499,7 +499,8 @@ def test_a_format_1_ledger_is_upgraded_in_place(tmp_path):
     users = ledger.status("users")
     assert len(users.charges) == 2 and users.charges[0].tensors_sha256 is None
     assert users.epsilon_spent == composed_epsilon([_event(), _event()], delta=DELTA)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3  # via 2
+    assert users.chained_since is not None and "format 1" in users.chained_since
     ledger.charge(
         "users",
         _event(),

@@ -13,6 +13,8 @@ from dpmtv.errors import (
     ParameterError,
 )
 from dpmtv.privacy import ClippedSumAccumulator, UnnoisedMean
+from dpmtv.privacy.aggregate import max_clipped_sum_norm
+from dpmtv.privacy.clip import clip_l2_per_layer
 
 DIMS = {2: 3, 0: 5}
 
@@ -127,3 +129,28 @@ def test_consume_once():
     assert mean.consumed
     with pytest.raises(NoiseAlreadyAddedError):
         mean._consume()
+
+
+@pytest.mark.parametrize("num_rows, dim", [(1, 8), (4, 64), (1000, 32)])
+def test_aligned_rows_at_the_clip_norm_stay_within_the_partial_sum_bound(num_rows, dim):
+    """The worst case for the bound: every row points the same way at norm C (clipped ones at
+    C·(1 − 2⁻⁴⁰), unclipped ones with a computed norm of C up to rounding)."""
+    rng = np.random.default_rng(dim)
+    direction = rng.normal(size=dim)
+    clip_norm = 3.7
+    rows = np.tile(direction / np.linalg.norm(direction) * clip_norm, (num_rows, 1))
+    rows[::2] *= 10.0  # half of them far above C: clipped
+    accumulator = ClippedSumAccumulator({0: dim})
+    for row in clip_l2_per_layer({0: rows}, l2_clip_norms={0: clip_norm})[0]:
+        accumulator.add({0: row[None, :]})
+    bound = max_clipped_sum_norm(clip_norm, num_rows=num_rows, dim=dim)
+    assert accumulator.layers_above({0: bound}) == []
+    assert bound <= num_rows * clip_norm * (1 + 1e-12)  # a tolerance of rounding only
+
+
+def test_a_sum_inflated_by_one_part_in_a_billion_is_above_the_bound():
+    dim, num_rows, clip_norm = 64, 4, 2.0
+    row = np.full(dim, clip_norm / np.sqrt(dim))
+    bound = max_clipped_sum_norm(clip_norm, num_rows=num_rows, dim=dim)
+    inflated = ClippedSumAccumulator.of({0: np.tile(row * (1 + 1e-9), (num_rows, 1))})
+    assert inflated.layers_above({0: bound}) == [0]

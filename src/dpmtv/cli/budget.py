@@ -114,13 +114,46 @@ def show(name, ledger_path, as_json):
         _print_overview(statuses, ledger.path)
 
 
+@command.command(name="verify")
+@ledger_option
+def verify(ledger_path):
+    """Check every dataset's hash chain: exit 0 when all are intact, 1 when one is broken (its
+    rows were edited outside dpmtv: its budget cannot be trusted, and it is not charged)."""
+    ledger = open_ledger(ledger_path)
+    names = ledger.datasets()
+    problems = ledger.chain_problems()
+    for name in sorted(set(names) | set(problems)):
+        if name in problems:
+            console.print(
+                f"{name}: chain [bold red]BROKEN[/]: {problems[name]}", highlight=False, soft_wrap=True
+            )
+        else:
+            console.print(f"{name}: chain intact", highlight=False)
+    console.print(f"{len(names)} dataset(s) in ledger {ledger.path}, {len(problems)} broken", highlight=False)
+    if problems:
+        raise SystemExit(1)
+
+
+def _chain_text(status) -> str:
+    """The dataset's chain in words: broken (and why), or intact (since an upgrade)."""
+    if status.chain_problem is not None:
+        return (
+            f"[bold red]BROKEN[/]: {status.chain_problem}; this budget cannot be trusted and is not charged"
+        )
+    if status.chained_since is not None:
+        return f"intact since it was {status.chained_since} (edits before then cannot be seen)"
+    return "intact"
+
+
 def _print_overview(statuses, path) -> None:
     table = Table(title=f"privacy budgets in {path}")
     for column in ("dataset", "relation", "ε budget", "δ", "ε spent", "ε remaining", "charges"):
         table.add_column(column, justify="left" if column in ("dataset", "relation") else "right")
     for s in statuses:
         table.add_row(
-            s.name + (" [bold red]VOID[/]" if s.void else ""),
+            s.name
+            + (" [bold red]VOID[/]" if s.void else "")
+            + (" [bold red]BROKEN[/]" if s.chain_problem else ""),
             f"{s.neighbouring_relation} per {s.privacy_unit}",
             f"{s.epsilon_budget:g}",
             f"{s.delta:g}",
@@ -141,6 +174,7 @@ def _print_dataset(status, path) -> None:
             "[bold red]VOID[/]: a build without a privacy guarantee used this dataset "
             "(see voids below); no ε below is a guarantee any more",
         )
+    summary.add_row("chain", _chain_text(status))
     summary.add_row("budget", f"ε = {status.epsilon_budget:g} at δ = {status.delta:g}")
     summary.add_row("relation", f"{status.neighbouring_relation} per {status.privacy_unit}")
     summary.add_row("spent (PLD composition)", f"ε = {_epsilon_text(status.epsilon_spent)}")
@@ -192,5 +226,8 @@ def _time_text(stamp: str) -> str:
     keeps the stored microseconds)."""
     from datetime import datetime, timezone
 
-    moment = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    try:
+        moment = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    except ValueError:  # not written by dpmtv (an edited row: its chain says so): shown as stored
+        return stamp
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

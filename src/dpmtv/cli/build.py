@@ -25,7 +25,7 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import check_ray_installed, ray_executor
 from dpmtv.cli.budget import resolve_build_ledger
-from dpmtv.errors import DpmtvError, ParameterError
+from dpmtv.errors import DistributedError, DpmtvError, ParameterError
 
 if TYPE_CHECKING:
     from dpmtv.heads import HeadSet
@@ -256,6 +256,8 @@ def _explain_failure(charge: BuildCharge | None, exc: BaseException) -> None:
             nothing = "; nothing was charged" if charge is not None else ""
             raise ParameterError(f"the build failed, the artifact was not written: {exc}{nothing}") from None
         raise ParameterError(f"{message}. The artifact was not written: {exc}") from None
+    if isinstance(exc, DistributedError):  # a lost worker or raylet, a refused sum: one line
+        raise DistributedError(f"{exc}; {message or 'nothing was charged'}") from None
     if message is not None:
         err_console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
@@ -266,6 +268,7 @@ def _heads(loaded, params):
     from dpmtv.selection.resolve import resolve_heads
 
     if params["heads_from"] == "private":
+        _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
         private_selection = PrivateSelectionSettings(
             k=params["select_k"],
             selection_fraction=params["selection_fraction"],
@@ -284,6 +287,17 @@ def _heads(loaded, params):
         progress=not params["quiet"],
     )
     return heads, head_selection, None
+
+
+def _check_select_k(k: int, pool_spec: str, geometry) -> None:
+    """k heads are picked from the pool: 1 <= k <= its size (0 used to fail deep in Δ)."""
+    from dpmtv.heads import parse_head_spec
+
+    pool = len(parse_head_spec(pool_spec, geometry).pairs)
+    if not 1 <= k <= pool:
+        raise ParameterError(
+            f"--select-k must be between 1 and {pool} (the heads in --select-pool {pool_spec!r}), got {k}"
+        )
 
 
 def _check_public_inputs(records, options) -> None:

@@ -12,8 +12,15 @@ every chunk id exactly once before combining them in batch order. Noise is never
 build adds it once, on the driver, to the mean of the sum; selection noises the histogram of the
 votes, on the driver.
 
+Every answer is checked before it is kept: a batch sum of ``n`` chunks whose layer ``l`` has an
+L2 norm above ``n·C_l`` (so the whole sum above ``n·‖C‖``, ``‖C‖ = sqrt(Σ_l C_l²)``) cannot come
+from clipped chunks, and stops the build before its noise (the task's ``check_batch``).
+
 Ray's own task retries are off (``max_task_retries=0``) so that every resend is the driver's,
-counted in :attr:`RayExecutor.attempts`. A batch's result is small (a sum: the selected heads'
+counted in :attr:`RayExecutor.attempts`. The task goes with each batch by value while it is under
+Ray's inline limit, so that no object of the run lives in a node's object store: the driver of a
+run whose local raylet dies then still gets its answers or a Ray error, where an object it had
+put there made Ray end the process without a word. A batch's result is small (a sum: the selected heads'
 width, float64; votes: a few ids per chunk) and is dropped as soon as it is combined; it travels
 in Ray's memory (objects under Ray's inline limit, 100 KiB by default, never reach the shared
 object store, which may spill to disk under memory pressure — keep the released head set and
@@ -22,18 +29,23 @@ object store, which may spill to disk under memory pressure — keep the release
 
 from __future__ import annotations
 
+import contextlib
+import pickle
 import time
 from collections import Counter, deque
 from typing import Any
 
 from dpmtv._progress import progress_bar
 from dpmtv.distributed.batches import BatchResult, check_coverage, split_batches
+from dpmtv.distributed.network import wait_for_head
 from dpmtv.errors import DistributedError, DpmtvError, ParameterError
 from dpmtv.executor import ChunkTask, ModelSource
 
 __all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
 
 INSTALL_LINE = "pip install 'dpmtv[ray]'"
+# Ray's default max_direct_call_object_size: larger arguments go through the object store
+_INLINE_BYTES = 100 * 1024
 
 
 def import_ray():
@@ -67,8 +79,9 @@ class RayExecutor:
     between tasks, so a build's private selection and release share them).
 
     ``address``: "auto" joins the Ray cluster this machine knows (``RAY_ADDRESS`` or one started
-    with ``ray start``) or starts a local one; anything else is a cluster address. A Ray that is
-    already initialised in this process is used as it is. ``chunks_per_batch`` trades scheduling
+    with ``ray start``) or starts a local one; anything else is a cluster address, which must
+    answer within ``connect_timeout_s`` seconds. A Ray that is already initialised in this
+    process is used as it is. ``chunks_per_batch`` trades scheduling
     overhead for balance and for how much work a lost worker costs. ``worker_class`` is for
     subclasses of :class:`ChunkWorker` (tests inject faults with it).
     """
@@ -84,6 +97,7 @@ class RayExecutor:
         chunks_per_batch: int = 4,
         max_attempts: int = 3,
         worker_class: type = ChunkWorker,
+        connect_timeout_s: float = 30.0,
     ):
         if workers < 1 or max_attempts < 1 or gpus_per_worker < 0:
             raise ParameterError(
@@ -94,6 +108,7 @@ class RayExecutor:
         self.source, self.workers, self.address = source, workers, address
         self._options = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker}
         self.chunks_per_batch, self.max_attempts = chunks_per_batch, max_attempts
+        self.connect_timeout_s = connect_timeout_s
         self._worker_class = worker_class
         self.actors: list[Any] = []
         self._started_ray = False
@@ -107,30 +122,33 @@ class RayExecutor:
         self.close()
 
     def close(self) -> None:
-        """Stop the actors, and Ray if this executor started it."""
+        """Stop the actors, and Ray if this executor started it. Best effort: after a failure
+        (a lost node, a dead raylet) the first error stays the one reported."""
         for actor in self.actors:
-            self._ray.kill(actor)
+            with contextlib.suppress(Exception):  # the actor or its node is already gone
+                self._ray.kill(actor)
         self.actors = []
         if self._started_ray:
-            self._ray.shutdown()
             self._started_ray = False
+            self._ray.shutdown()
 
     def run(self, loaded, records, partition, task: ChunkTask, *, progress: bool = False):
         """``task``'s result for every chunk (module docstring for how)."""
-        self._start(loaded)
+        self.start(loaded)
         batches = split_batches(
             records, partition, shots_per_chunk=task.shots_per_chunk, chunks_per_batch=self.chunks_per_batch
         )
-        task_ref = self._ray.put(task)  # sent once, shared by every batch
+        small = len(pickle.dumps(task)) < _INLINE_BYTES  # module docstring: no object in the store
+        task_ref = task if small else self._ray.put(task)  # a large task: sent once, shared
         self.attempts = Counter()
         description = f"{task.description} on {self.workers} workers"
         sent = [chunk_id for batch in batches for chunk_id in batch.chunk_ids]
         with progress_bar(description, len(sent), enabled=progress) as advance:
-            parts = self._run(batches, task_ref, advance)
+            parts = self._run(batches, task, task_ref, advance)
         check_coverage(parts, chunk_ids=sent)
         return task.combine([part.value for part in sorted(parts, key=lambda part: part.batch_id)])
 
-    def _run(self, batches, task_ref, advance) -> list[BatchResult]:
+    def _run(self, batches, task: ChunkTask, task_ref, advance) -> list[BatchResult]:
         """Send each batch to an idle actor; resend a batch whose actor died, to the first actor
         idle again (a dead one is restarted by Ray and probed before it gets work); keep one
         answer per batch."""
@@ -158,6 +176,9 @@ class RayExecutor:
             idle.append(actor)
             if part.batch_id in answers or part.chunk_ids != batch.chunk_ids:
                 raise DistributedError(f"batch {batch.batch_id} was answered twice or for other chunks")
+            check = getattr(task, "check_batch", None)
+            if check is not None:
+                check(part.value, batch_id=batch.batch_id, num_chunks=len(batch.chunk_ids))
             answers[part.batch_id] = part
             advance(len(batch.chunk_ids))
         return list(answers.values())
@@ -173,9 +194,8 @@ class RayExecutor:
             return False
         except exceptions.RayActorError as exc:
             raise DistributedError(
-                f"a Ray worker died and could not be restarted ({type(exc).__name__}); nothing was "
-                "charged or noised"
-            ) from exc
+                f"a Ray worker died and could not be restarted ({type(exc).__name__})"
+            ) from None
         _check_same_model(self._identity, [identity])
         return True
 
@@ -187,23 +207,30 @@ class RayExecutor:
         except (exceptions.RayActorError, exceptions.WorkerCrashedError) as exc:
             if self.attempts[batch.batch_id] >= self.max_attempts:
                 raise DistributedError(
-                    f"chunks {batch.chunk_ids[0]}..{batch.chunk_ids[-1]}: their worker died "
-                    f"{self.max_attempts} times ({type(exc).__name__}); nothing was charged or noised"
-                ) from exc
+                    f"batch {batch.batch_id}: its worker died {self.max_attempts} times "
+                    f"({type(exc).__name__})"
+                ) from None
             return None
         except exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, DpmtvError):  # a bad record or NaN on a worker: the same error
                 raise cause from None
             raise
+        except exceptions.RayError as exc:  # a lost object, node or raylet: Ray cannot go on
+            raise DistributedError(f"batch {batch.batch_id}: Ray failed ({_first_line(exc)})") from None
 
-    def _start(self, loaded) -> None:
-        """Join or start Ray, start the actors, and check they loaded the driver's model."""
+    def start(self, loaded) -> None:
+        """Join or start Ray, start the actors, and check they loaded the driver's model (once;
+        :meth:`run` calls it). Any failure is one :class:`DistributedError` line."""
         if self.actors:
             return
         ray = self._ray
         if not ray.is_initialized():
-            ray.init(address=None if self.address == "auto" else self.address, logging_level="WARNING")
+            wait_for_head(self.address, connect_timeout_s=self.connect_timeout_s)
+            try:
+                ray.init(address=None if self.address == "auto" else self.address, logging_level="WARNING")
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise DistributedError(f"cannot join Ray at {self.address!r}: {_first_line(exc)}") from None
             self._started_ray = True
         actor_class = ray.remote(self._worker_class).options(
             max_restarts=self.max_attempts, max_task_retries=0, **self._options
@@ -212,7 +239,17 @@ class RayExecutor:
         from dpmtv.models.fingerprint import model_identity
 
         self._identity = model_identity(loaded.adapter, loaded.name_or_path)
-        _check_same_model(self._identity, ray.get([actor.identity.remote() for actor in self.actors]))
+        try:
+            identities = ray.get([actor.identity.remote() for actor in self.actors])
+        except ray.exceptions.RayError as exc:  # a worker, its node or the raylet died at start
+            raise DistributedError(f"the Ray workers did not start ({_first_line(exc)})") from None
+        _check_same_model(self._identity, identities)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and its message's first line (Ray's run on)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _check_same_model(expected: dict[str, Any], identities: list[dict[str, Any]]) -> None:

@@ -46,13 +46,18 @@ network file systems.
 
 Format
 ======
-Format 2 (this module) stores per dataset: name, ``ε``, ``δ``, relation, unit, creation time; per
+Format 3 (this module) stores per dataset: name, ``ε``, ``δ``, relation, unit, creation time; per
 charge: an id, the serialised event, the caller's parameters (JSON), the artifact's absolute path
 and tensor hash, the charge time, the composed ε after the charge, when the artifact was written;
 per void: the same without an event, plus the reason. Never data: callers must not put records,
-counts of private data or anything derived from it into ``parameters``.
+counts of private data or anything derived from it into ``parameters``. Every write is also
+chained (:mod:`dpmtv.ledger.chain`): a dataset whose rows were edited outside dpmtv has
+a broken chain, which :attr:`DatasetStatus.chain_problem` names and which no charge or void
+extends.
 
-A format-1 ledger (no relation, unit or voids) is upgraded in place the first time it is opened:
+Older ledgers are upgraded in place the first time they are opened (:mod:`dpmtv.ledger.file`).
+Format 2 → 3 chains the rows as found (the status says since when). A format-1 ledger (no
+relation, unit or voids) first becomes format 2:
 each dataset takes the relation and unit its charges recorded (the CLI always recorded both);
 a dataset without charges, or whose charges recorded none, takes the defaults (replace-one,
 record); a dataset whose charges recorded DIFFERENT relations or units is voided, since its
@@ -70,19 +75,17 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import BudgetExceededError, LedgerError, ParameterError
+from dpmtv.ledger import chain as ledger_chain
+from dpmtv.ledger.file import transaction
 from dpmtv.ledger.format import (
-    _MIGRATE_1_TO_2,
-    _SCHEMA,
     DEFAULT_RELATION,
     DEFAULT_UNIT,
     PRIVACY_UNITS,
-    SCHEMA_VERSION,
     check_event,
     check_name,
     check_parameters,
     check_relation,
     check_unit,
-    migrate_dataset,
     now,
 )
 from dpmtv.ledger.records import Charge, ChargeReceipt, DatasetStatus, Void, _DatasetRow
@@ -155,6 +158,7 @@ class Ledger:
                 "privacy_unit) VALUES (?, ?, ?, ?, ?, ?)",
                 (name, float(epsilon), float(delta), _now(), relation, unit),
             )
+            ledger_chain.record(conn, "datasets", name)
         return self.status(name)
 
     def datasets(self) -> list[str]:
@@ -167,7 +171,9 @@ class Ledger:
         name = check_name(name)
         with self._transaction() as conn:
             row = self._dataset_row(conn, name)
-            charges, voids = self._charges(conn, name), self._voids(conn, name)
+            problem = ledger_chain.verify(conn).get(name)
+            since = ledger_chain.upgraded_from(conn, name)
+            charges, voids = self._charges(conn, name, problem), self._voids(conn, name, problem)
         spent = composed_epsilon([c.event for c in charges], delta=row.delta)
         return DatasetStatus(
             name,
@@ -179,13 +185,22 @@ class Ledger:
             row.neighbouring_relation,
             row.privacy_unit,
             tuple(voids),
+            problem,
+            since,
         )
+
+    def chain_problems(self) -> dict[str, str]:
+        """Every dataset whose chain is broken → the first problem found (empty: all intact)."""
+        with self._transaction() as conn:
+            return ledger_chain.verify(conn)
 
     def check_dataset(self, name: str, *, neighbouring_relation: str, privacy_unit: str) -> DatasetStatus:
         """Refuse early, before a build reads anything: an unknown dataset, another relation or
         unit, or a budget with nothing left. Charges nothing (the exact cost is checked by
         :meth:`check_charge` once the build has planned its release)."""
         status = self.status(name)
+        if status.chain_problem is not None:
+            raise self._broken(name, status.chain_problem)
         _check_same_relation(name, status, check_relation(neighbouring_relation), check_unit(privacy_unit))
         if not status.epsilon_spent < status.epsilon_budget:
             raise BudgetExceededError(
@@ -227,7 +242,7 @@ class Ledger:
         parameters_json = check_parameters(parameters)
         relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         with self._transaction(immediate=True) as conn:
-            row = self._dataset_row(conn, name)
+            row = self._intact_row(conn, name)
             _check_same_relation(name, row, relation, unit)
             previous = [c.event for c in self._charges(conn, name)]
             after = _check_fits(name, row, previous, event)
@@ -245,6 +260,7 @@ class Ledger:
                     after,
                 ),
             )
+            ledger_chain.record(conn, "charges", receipt.charge_id)
         return receipt
 
     def check_charge(
@@ -259,7 +275,7 @@ class Ledger:
         check_event(event)
         relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         with self._transaction() as conn:
-            row = self._dataset_row(conn, name)
+            row = self._intact_row(conn, name)
             previous = [c.event for c in self._charges(conn, name)]
         _check_same_relation(name, row, relation, unit)
         return _check_fits(name, row, previous, event)
@@ -274,13 +290,14 @@ class Ledger:
         if not isinstance(reason, str) or not reason.strip():
             raise ParameterError(f"a void needs a reason, got {reason!r}")
         with self._transaction(immediate=True) as conn:
-            self._dataset_row(conn, name)
+            self._intact_row(conn, name)
             void = Void(uuid.uuid4().hex, name, reason, parameters, _absolute(artifact), _now(), None, None)
             conn.execute(
                 "INSERT INTO voids (void_id, dataset, reason, parameters_json, artifact, voided_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (void.void_id, name, reason, parameters_json, void.artifact, void.voided_at),
             )
+            ledger_chain.record(conn, "voids", void.void_id)
         return void
 
     def mark_written(
@@ -306,82 +323,32 @@ class Ledger:
             )
             if cursor.rowcount != 1:
                 raise ParameterError(f"no charge with id {entry_id!r} in ledger '{self.path}'")
+            ledger_chain.record(conn, table, entry_id)
 
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
     def _transaction(self, *, immediate: bool = False, create: bool = False) -> Iterator[sqlite3.Connection]:
-        """A connection inside one transaction: committed on success, rolled back on any error."""
-        if not create and not self.path.is_file():
-            raise LedgerError(
-                f"no ledger at '{self.path}'; create a dataset budget first with "
-                "'dpmtv budget init NAME --epsilon E --delta D --ledger PATH'"
-            )
-        conn = self._connect()
-        try:
-            if self._version(conn) == 1:
-                self._migrate_from_1(conn)
-            conn.execute("BEGIN IMMEDIATE" if immediate or create else "BEGIN")
-            if create:
-                self._ensure_schema(conn)
-            else:
-                self._check_schema(conn)
+        """A connection inside one transaction (:func:`dpmtv.ledger.file.transaction`)."""
+        with transaction(
+            self.path, busy_timeout_s=self.busy_timeout_s, immediate=immediate, create=create
+        ) as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA synchronous = FULL")  # a committed charge survives a power cut
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot open ledger '{self.path}': {exc}") from None
-        return conn
+    def _intact_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
+        """The dataset's row, refusing a dataset whose chain is broken (nothing is written to it)."""
+        row = self._dataset_row(conn, name)
+        problem = ledger_chain.verify(conn).get(name)
+        if problem is not None:
+            raise self._broken(name, problem)
+        return row
 
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        version = self._version(conn)
-        if version == 0:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        else:
-            self._check_schema(conn)
-
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        version = self._version(conn)
-        if version != SCHEMA_VERSION:
-            raise LedgerError(
-                f"'{self.path}' is not a dpmtv ledger of format {SCHEMA_VERSION} (found format "
-                f"{version}); use the dpmtv version that created it or another --ledger path"
-            )
-
-    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
-        """Upgrade a format-1 ledger in place, in one transaction (module docstring, "Format")."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if self._version(conn) == 1:  # another process may have upgraded it meanwhile
-                for statement in _MIGRATE_1_TO_2:
-                    conn.execute(statement)
-                conn.execute(_SCHEMA.split(";")[2])  # CREATE TABLE voids
-                for (name,) in conn.execute("SELECT name FROM datasets").fetchall():
-                    migrate_dataset(conn, name)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def _version(self, conn: sqlite3.Connection) -> int:
-        try:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
+    def _broken(self, name: str, problem: str) -> LedgerError:
+        return LedgerError(
+            f"ledger '{self.path}': the chain of dataset {name!r} is broken ({problem}); its budget "
+            "cannot be trusted and nothing was charged. See 'dpmtv budget verify'; restore the file "
+            "from a backup or create a new dataset budget"
+        )
 
     def _dataset_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
         row = conn.execute(
@@ -397,27 +364,39 @@ class Ledger:
             )
         return _DatasetRow(float(row[0]), float(row[1]), str(row[2]), str(row[3]), str(row[4]))
 
-    def _charges(self, conn: sqlite3.Connection, name: str) -> list[Charge]:
+    def _charges(self, conn: sqlite3.Connection, name: str, problem: str | None = None) -> list[Charge]:
         rows = conn.execute(
             "SELECT charge_id, event_json, parameters_json, artifact, charged_at, epsilon_after, "
             "written_at, tensors_sha256 FROM charges WHERE dataset = ? ORDER BY seq",
             (name,),
         ).fetchall()
         return [
-            Charge(cid, name, charged_event_from_json(json.loads(ev)), json.loads(par), art, at, eps, wr, sha)
-            for cid, ev, par, art, at, eps, wr, sha in rows
+            Charge(cid, name, self._read(ev, cid, problem, event=True), self._read(par, cid, problem), *rest)
+            for cid, ev, par, *rest in rows
         ]
 
-    def _voids(self, conn: sqlite3.Connection, name: str) -> list[Void]:
+    def _voids(self, conn: sqlite3.Connection, name: str, problem: str | None = None) -> list[Void]:
         rows = conn.execute(
             "SELECT void_id, reason, parameters_json, artifact, voided_at, written_at, tensors_sha256 "
             "FROM voids WHERE dataset = ? ORDER BY seq",
             (name,),
         ).fetchall()
         return [
-            Void(vid, name, reason, json.loads(par), art, at, wr, sha)
-            for vid, reason, par, art, at, wr, sha in rows
+            Void(vid, name, reason, self._read(par, vid, problem), *rest) for vid, reason, par, *rest in rows
         ]
+
+    def _read(self, text: str, entry_id: str, problem: str | None, *, event: bool = False) -> Any:
+        """A stored JSON column (an event, or parameters); an unreadable one is one error line
+        naming the ledger and the row, not a traceback."""
+        try:
+            value = json.loads(text)
+            return charged_event_from_json(value) if event else value
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            broken = f"; its dataset's chain is broken ({problem})" if problem else ""
+            raise LedgerError(
+                f"ledger '{self.path}': entry {entry_id} holds invalid {'event' if event else 'parameters'} "
+                f"JSON ({type(exc).__name__}: {exc}){broken}; nothing was charged"
+            ) from None
 
 
 def _check_same_relation(name: str, row: _DatasetRow | DatasetStatus, relation: str, unit: str) -> None:

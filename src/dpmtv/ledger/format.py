@@ -14,15 +14,17 @@ from typing import Any
 import dp_accounting
 
 from dpmtv.errors import ParameterError
+from dpmtv.ledger.chain import CHAIN_TABLE
 from dpmtv.privacy.disjoint import DisjointReleases, charged_event_from_json, charged_event_to_json
 from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PRIVACY_UNITS = ("record", "user")
 DEFAULT_RELATION, DEFAULT_UNIT = "replace-one", "record"
 _MAX_NAME = 200
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS datasets (
     name TEXT PRIMARY KEY,
     epsilon REAL NOT NULL,
@@ -55,6 +57,8 @@ CREATE TABLE IF NOT EXISTS voids (
     tensors_sha256 TEXT
 );
 """
+    + CHAIN_TABLE
+)
 
 # Format 1 -> 2: the columns and table format 2 added (see "Format" in the module docstring).
 _MIGRATE_1_TO_2 = (

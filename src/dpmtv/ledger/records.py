@@ -85,6 +85,8 @@ class DatasetStatus:
     neighbouring_relation: str = DEFAULT_RELATION
     privacy_unit: str = DEFAULT_UNIT
     voids: tuple[Void, ...] = ()
+    chain_problem: str | None = None  # why its hash chain is broken (rows edited outside dpmtv)
+    chained_since: str | None = None  # "upgraded from format F at T": earlier edits are not seen
 
     @property
     def epsilon_headroom(self) -> float:
@@ -106,6 +108,11 @@ class DatasetStatus:
             "epsilon_spent": self.epsilon_spent,
             "epsilon_headroom": self.epsilon_headroom,
             "void": self.void,
+            "chain": {
+                "intact": self.chain_problem is None,
+                "problem": self.chain_problem,
+                "since": self.chained_since,
+            },
             "charges": [c.to_json() for c in self.charges],
             "voids": [v.to_json() for v in self.voids],
         }

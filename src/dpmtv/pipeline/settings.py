@@ -65,8 +65,8 @@ class PrivateSelectionSettings:
     pool: str = "all"  # public head spec of the candidates
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ParameterError(f"private selection needs k >= 1 heads (--select-k), got {self.k!r}")
+        if not (isinstance(self.k, int) and self.k >= 1):
+            raise ParameterError(f"private selection k (--select-k) must be an integer >= 1, got {self.k!r}")
         if self.composition not in ("sequential", "parallel"):
             raise ParameterError(
                 f"selection composition must be 'sequential' or 'parallel', got {self.composition!r}"

@@ -22,6 +22,7 @@ import numpy as np
 
 from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
+from dpmtv.errors import DistributedError
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.extract import extract_each_chunk
 from dpmtv.heads import HeadSet
@@ -29,6 +30,7 @@ from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.partition import ChunkPrompts
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import ClippedSumAccumulator, Partition, clip_l2_per_layer
+from dpmtv.privacy.aggregate import max_clipped_sum_norm
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 
 __all__ = ["ChunkJob", "ClippedRows", "ClippedSum", "iter_clipped_chunks", "sum_clipped_chunks"]
@@ -126,6 +128,34 @@ class ClippedSum(_ClippedChunksTask):
         for accumulator in results:
             total.merge(accumulator)
         return total
+
+    def check_batch(self, value: object, *, batch_id: int, num_chunks: int) -> None:
+        """A worker's sum for ``num_chunks`` chunks: one row per chunk, and per layer an L2 norm
+        no clipped chunks can exceed, ``n·C_l`` up to float rounding
+        (:func:`~dpmtv.privacy.aggregate.max_clipped_sum_norm`) — so the whole sum is within
+        ``n·‖C‖``, ``‖C‖ = sqrt(Σ_l C_l²)``. A sum beyond it (a bug or a tampered worker) would
+        break Δ: refused before the noise. The message names no norm (it is private)."""
+        dims, norms = self.job.layer_dims, self.job.l2_clip_norms
+        if (
+            not isinstance(value, ClippedSumAccumulator)
+            or value.layer_dims != dims
+            or value.num_rows != num_chunks
+        ):
+            raise DistributedError(
+                f"batch {batch_id}: the worker's answer is not a sum of {num_chunks} chunk(s) over "
+                f"layers {sorted(dims)}; refused before the noise"
+            )
+        bounds = {
+            layer: max_clipped_sum_norm(norms[layer], num_rows=num_chunks, dim=dims[layer]) for layer in dims
+        }
+        above = value.layers_above(bounds)
+        if above:
+            layer = above[0]
+            raise DistributedError(
+                f"batch {batch_id}: the worker's sum of {num_chunks} clipped chunk(s) has an L2 norm above "
+                f"{num_chunks}·C = {bounds[layer]:.6g} in layer {layer}, more than clipped chunks can sum "
+                "to; refused before the noise"
+            )
 
 
 @dataclass(frozen=True)

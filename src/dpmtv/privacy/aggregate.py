@@ -54,7 +54,7 @@ from dpmtv.errors import (
 )
 from dpmtv.privacy._checks import check_int
 
-__all__ = ["ClippedSumAccumulator", "UnnoisedMean", "summation_slack"]
+__all__ = ["ClippedSumAccumulator", "UnnoisedMean", "max_clipped_sum_norm", "summation_slack"]
 
 _NEVER_LEAVES = "the un-noised aggregate never leaves process memory"
 _UNIT_ROUNDOFF = 2.0**-53
@@ -70,6 +70,30 @@ def summation_slack(num_chunks: int) -> float:
         raise ParameterError(f"num_chunks = {m} is too large for float64 summation bounds")
     gamma = n_u / (1.0 - n_u)
     return m * (6.0 * _UNIT_ROUNDOFF + 2.0 * gamma * gamma)
+
+
+def max_clipped_sum_norm(l2_clip_norm: float, *, num_rows: int, dim: int) -> float:
+    """The largest L2 norm that the float64 sum of ``num_rows`` rows of length ``dim``, each
+    clipped to ``l2_clip_norm`` (:mod:`dpmtv.privacy.clip`), can show when its norm is computed
+    in float64 — the check of a partial sum that another process computed.
+
+    Exactly, ``‖Σ_i â_i‖ <= Σ_i ‖â_i‖ <= n·C`` (triangle inequality). In floating point, with
+    ``u = 2⁻⁵³`` and ``γ_k = k·u/(1 − k·u)`` (Higham, *Accuracy and Stability*, §3-4):
+
+    * a stored clipped row has exact norm ``<= C·(1 + γ_{D+2})``: a clipped row is scaled to
+      ``C·(1 − 2⁻⁴⁰)``, an unclipped one had a computed norm ``<= C``, and a computed norm of
+      ``D`` terms is within ``γ_{D+2}`` relative of the exact one;
+    * a sum of ``n`` rows is off, per coordinate, by at most ``γ_{n−1}·Σ_i |â_i|`` (added one
+      after another; the accumulator's exact batch sums and compensated merges do better), so
+      in norm by ``γ_{n−1}·Σ_i ‖â_i‖``;
+    * the checking norm is again within ``γ_{D+2}`` relative.
+
+    So the computed norm is ``<= n·C·(1 + γ_{D+2})²·(1 + γ_{n−1})``, which for
+    ``(n + D)·u <= 10⁻³`` is below ``n·C·(1 + 4·(n + D + 2)·u)``, the bound returned (the 4
+    covers the three first-order terms ``2(D + 2) + (n − 1)`` and their products).
+    """
+    n, d = check_int("num_rows", num_rows, minimum=0), check_int("dim", dim, minimum=1)
+    return n * float(l2_clip_norm) * (1.0 + 4.0 * (n + d + 2) * _UNIT_ROUNDOFF)
 
 
 class UnnoisedMean:
@@ -190,6 +214,16 @@ class ClippedSumAccumulator:
             self._add_exactly_rounded(layer, total)
             self._add_exactly_rounded(layer, other._compensation[layer])
         self._num_rows += other._num_rows
+
+    def layers_above(self, bounds: Mapping[int, float]) -> list[int]:
+        """The layers whose sum's L2 norm exceeds ``bounds[layer]`` (for checking a worker's
+        partial sum against :func:`max_clipped_sum_norm`; the norms themselves are not given)."""
+        self._check_open()
+        return [
+            layer
+            for layer, total in self._sums.items()
+            if not np.linalg.norm(total + self._compensation[layer]) <= bounds[layer]
+        ]
 
     def mean(self, *, num_chunks: int) -> UnnoisedMean:
         """Divide the sums by the PUBLIC number of chunks ``m`` and finalise the accumulator.
