@@ -20,8 +20,6 @@ FILE_EXCEPTIONS = {
 }
 # "path:function" -> why
 FUNCTION_EXCEPTIONS = {
-    "cli/serve.py:command": "owned by the serve branch, which is rewriting the server's options",
-    "serve/_app.py:_install_routes": "owned by the serve branch",
     "selection/public.py:select_public": "62 lines; split with the public-selection clean-up",
 }
 

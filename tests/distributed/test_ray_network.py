@@ -26,9 +26,10 @@ def _build(tmp_path, *ray_args):
     return CliRunner().invoke(main, args)
 
 
-def _one_error_line(result) -> str:
+def _one_error_line(result, exit_code: int = 1) -> str:
+    """The one error line; exit 1 for a refusal at run time, 2 for a refused option (docs/cli.md)."""
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == exit_code, result.output
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     return lines[0]
 
@@ -57,7 +58,7 @@ def test_a_non_loopback_head_without_tls_is_refused_before_any_work(tmp_path, mo
         monkeypatch.delenv("RAY_USE_TLS", raising=False)
     else:
         monkeypatch.setenv("RAY_USE_TLS", tls)
-    line = _one_error_line(_build(tmp_path, "--ray", UNREACHABLE))
+    line = _one_error_line(_build(tmp_path, "--ray", UNREACHABLE), exit_code=2)  # a refused option
     assert UNREACHABLE in line and "RAY_USE_TLS=1" in line and "--ray-insecure-network" in line
     assert not (tmp_path / "v.safetensors").exists()
 

@@ -50,9 +50,10 @@ def _budget(*args):
     return CliRunner().invoke(main, ["budget", *args])
 
 
-def _one_error_line(result) -> str:
+def _one_error_line(result, exit_code: int = 1) -> str:
+    """The one error line; exit 1 for a refusal at run time, 2 for a refused option (docs/cli.md)."""
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert result.exit_code == exit_code and len(lines) == 1 and lines[0].startswith("error:"), result.output
     return lines[0]
 
 
