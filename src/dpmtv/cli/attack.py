@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from dpmtv.cli._common import build_settings, clip_norms_or_auto, console, err_console, model_options
-from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE
 
 
 @click.command(name="attack")

@@ -27,8 +27,7 @@ from dpmtv.cli._common import (
 from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.cli.budget import ledger_option, resolve_build_ledger
 from dpmtv.errors import LedgerError, ParameterError
-from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
-from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="build")

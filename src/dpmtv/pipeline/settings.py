@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import ParameterError
+from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
 
@@ -27,12 +28,6 @@ __all__ = [
 ]
 
 DEFAULT_QUERY_QUESTION = "What is the answer?"
-# The CLI defaults of `build`, `eval` and `plan` (one place, so the three agree): s = 8 records per
-# chunk and C = 5 per layer, the scale of the embedded model's public clip norms. C changes the
-# utility, not the guarantee (Δ scales with C and σ with Δ); `--l2-clip-norm auto` picks it from
-# public records.
-DEFAULT_SHOTS_PER_CHUNK = 8
-DEFAULT_L2_CLIP_NORM = 5.0
 
 
 class QueryKind(str, Enum):
