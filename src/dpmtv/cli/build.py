@@ -21,6 +21,7 @@ from dpmtv.cli._common import (
     console,
     err_console,
     model_options,
+    prepare_workers_option,
     print_vector_summary,
     print_warning,
 )
@@ -222,6 +223,7 @@ from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM,
     help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
 )
 @ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here")
+@prepare_workers_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
     model_path,
@@ -245,6 +247,7 @@ def command(
     device,
     quiet,
     max_prompt_tokens,
+    prepare_workers,
     heads_from,
     select_k,
     select_method,

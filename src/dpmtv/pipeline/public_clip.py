@@ -23,7 +23,6 @@ from dpmtv.pipeline.partition import chunk_prompt
 __all__ = ["DEFAULT_CLIP_QUANTILE", "public_clip_norms"]
 
 
-
 def public_clip_norms(
     loaded: LoadedModel,
     public: Sequence[Record],

@@ -100,6 +100,9 @@ class BuildSettings:
     # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
     # follow dpmtv.prompt_budget.OVER_LENGTH_RULE. Private chunks are never batched together.
     max_prompt_tokens: int | None = None
+    # Processes preparing chunk inputs for the private passes (None: from the cores and device,
+    # dpmtv._prepare.default_prepare_workers; 0: one background thread). Changes no value.
+    prepare_workers: int | None = None
 
     def __post_init__(self) -> None:
         unit = parse_privacy_unit(self.privacy_unit)
@@ -172,6 +175,9 @@ def _check_counts(settings: BuildSettings) -> None:
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    workers = settings.prepare_workers
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ParameterError(f"prepare_workers must be an integer >= 0, got {workers!r}")
     check_partition_parameters(
         unit=settings.privacy_unit,
         relation=settings.relation,
