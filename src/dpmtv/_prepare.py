@@ -20,6 +20,7 @@ depend on that chunk alone and the forward pass sees bitwise what the sequential
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,18 +63,10 @@ def prepared(
     if workers < 1 or count < 2 or depth < 1:
         yield from prefetched(prepare, count, depth=depth, timings=timings)
         return
-    from torch.utils.data import DataLoader
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread per worker process
-    loader = DataLoader(
-        _Items(prepare, count),
-        batch_size=None,  # one item per index, as prepared (no collation)
-        num_workers=min(workers, count),
-        prefetch_factor=depth,
-        pin_memory=pin_memory,
-        in_order=True,
-    )
-    iterator = iter(loader)
+    with warnings.catch_warnings():  # the count is the caller's choice, above the loader's advice or not
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        iterator = iter(_loader(prepare, count, workers, depth, pin_memory))
     try:
         for _ in range(count):
             with record_wait(timings):
@@ -85,6 +78,19 @@ def prepared(
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+def _loader(prepare: Callable[[int], Any], count: int, workers: int, depth: int, pin_memory: bool) -> Any:
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        _Items(prepare, count),
+        batch_size=None,  # one item per index, as prepared (no collation)
+        num_workers=min(workers, count),
+        prefetch_factor=depth,
+        pin_memory=pin_memory,
+        in_order=True,
+    )
 
 
 @dataclass(frozen=True)
