@@ -16,3 +16,22 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
     --realsize-shots 8 --realsize-chunks 16 --realsize-repeats 5 --pipeline-chunks 64
 # Ray workers sharing the one GPU (fractional GPUs): throughput of 1 vs 2 workers
 "$PY" benchmarks/suite.py --tag gpu --device cuda --dtype bfloat16 --only workers --worker-chunks 128
+# Issue 25 on the GPU host (results beside the CPU ones, *_gpu.json):
+# prepare workers feeding the real forward pass (waiting share) and 2-over-1 prepare throughput
+"$PY" benchmarks/prepare_workers.py --device cuda --forward-ms 0 --chunks 64 --repeats 3 \
+    --out benchmarks/results/prepare_workers_gpu.json
+"$PY" benchmarks/prepare_workers.py --device cuda --forward-ms 5 --chunks 64 --repeats 3 \
+    --out benchmarks/results/prepare_workers_gpu_stub5ms.json
+# peak RSS of a datasets folder, N = 4096 over N = 256 (images decoded when a chunk is prepared)
+"$PY" benchmarks/datasets_memory.py --src after="$PWD/src" --out benchmarks/results/datasets_memory_gpu.json
+# start-up of the commands that run no model (median of 10)
+WORK=$(mktemp -d)
+"$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); from suite import write_photo_records; \
+from pathlib import Path; write_photo_records(Path('$WORK'), 16, px=64)"
+"$PY" -m dpmtv.cli build --model embedded --data "$WORK/records.jsonl" --heads layers:0 --epsilon 1 \
+    --l2-clip-norm 1 --shots-per-chunk 4 --out "$WORK/v.safetensors" --quiet
+"$PY" benchmarks/bench_startup.py --src after="$PWD/src" --artifact "$WORK/v.safetensors" \
+    --out benchmarks/results/startup_gpu.json
+# the bitwise chunk-independence and prepare-worker tests on the device
+DPMTV_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:randomly tests/test_chunk_independence.py \
+    tests/test_prepare_workers.py tests/test_prefetch.py

@@ -10,6 +10,7 @@ the items and the errors they raise stay those of the sequence.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -67,3 +68,11 @@ def _record(timings: PipelineTimings | None, started: float) -> None:
     if timings is not None:
         timings.wait_s += time.perf_counter() - started
         timings.items += 1
+
+
+@contextlib.contextmanager
+def record_wait(timings: PipelineTimings | None) -> Iterator[None]:
+    """Adds the time spent in the block to ``timings`` as one item's wait."""
+    started = time.perf_counter()
+    yield
+    _record(timings, started)

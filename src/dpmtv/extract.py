@@ -13,12 +13,13 @@ Two ways, for two kinds of data:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings, prefetched
+from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings
+from dpmtv._prepare import prepared, resolve_prepare_workers
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
@@ -50,26 +51,60 @@ def selected_heads_of(
 
 def extract_each_chunk(
     adapter: ModelAdapter,
-    prompts: Iterable[Prompt],
+    prompts: Sequence[Prompt],
     heads: HeadSet,
     *,
     max_prompt_tokens: int,
+    prepare_workers: int | None = None,
     prefetch: int = DEFAULT_PREFETCH,
     timings: PipelineTimings | None = None,
 ) -> Iterator[dict[int, np.ndarray] | None]:
     """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
     public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget).
 
-    The next ``prefetch`` prompts are rendered (images decoded) and encoded on a background
-    thread while this one runs (:mod:`dpmtv._prefetch`); each is still encoded alone and gets its
-    own forward pass. ``timings`` collects how long the forward pass waited for its inputs."""
-    prompts = prompts if isinstance(prompts, Sequence) else list(prompts)
+    The prompts are rendered (images decoded) and encoded ahead of the forward pass, in
+    ``prepare_workers`` processes (None: the device's default; 0: one background thread;
+    :mod:`dpmtv._prepare`), up to
+    ``prefetch`` per worker; each is still encoded alone, on the CPU, and gets its own forward
+    pass. ``timings`` collects how long the forward pass waited for its inputs."""
+    device = adapter.input_device
+    for inputs in prepared_inputs(
+        adapter, prompts, max_prompt_tokens=max_prompt_tokens, workers=prepare_workers, depth=prefetch,
+        timings=timings,
+    ):  # fmt: skip
+        yield None if inputs is None else selected_heads_of(adapter, to_device(inputs, device), heads)
 
-    def encode(index: int) -> Mapping[str, torch.Tensor] | None:
-        return encode_one_within(adapter, prompts[index], max_prompt_tokens=max_prompt_tokens)
 
-    for inputs in prefetched(encode, len(prompts), depth=prefetch, timings=timings):
-        yield None if inputs is None else selected_heads_of(adapter, inputs, heads)
+def prepared_inputs(
+    adapter: ModelAdapter,
+    prompts: Sequence[Prompt],
+    *,
+    max_prompt_tokens: int,
+    workers: int | None,
+    depth: int = DEFAULT_PREFETCH,
+    timings: PipelineTimings | None = None,
+) -> Iterator[dict[str, torch.Tensor] | None]:
+    """Each prompt's batch-of-one CPU inputs cut to the budget (or None: dropped), in order,
+    prepared by ``workers`` processes where the adapter allows it (else one background thread)."""
+    workers = resolve_prepare_workers(adapter, workers) if adapter.prepares_in_workers else 0
+    encode = _EncodeOne(adapter.without_model() if workers else adapter, prompts, max_prompt_tokens)
+    pin = workers > 0 and adapter.input_device.type == "cuda"
+    return prepared(encode, len(prompts), workers=workers, depth=depth, pin_memory=pin, timings=timings)
+
+
+def to_device(inputs: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Inputs moved to the model's device (asynchronously from pinned memory)."""
+    return {key: value.to(device, non_blocking=value.is_pinned()) for key, value in inputs.items()}
+
+
+class _EncodeOne:
+    """``index -> encode_one_within(prompts[index])``: picklable, so a worker process can run it."""
+
+    def __init__(self, adapter: ModelAdapter, prompts: Sequence[Prompt], max_prompt_tokens: int):
+        self._adapter, self._prompts, self._budget = adapter, prompts, max_prompt_tokens
+
+    def __call__(self, index: int) -> dict[str, torch.Tensor] | None:
+        return encode_one_within(self._adapter, self._prompts[index], max_prompt_tokens=self._budget)
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import clip_norms_or_auto, model_options
+from dpmtv.cli._common import clip_norms_or_auto, model_options, prepare_workers_option
 from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
-from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
-from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 
@@ -223,6 +222,7 @@ _OPTIONS = [
         help="NON-PRIVATE baseline: no noise, no guarantee (ε = ∞, labelled in the artifact).",
     ),
     ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here"),
+    prepare_workers_option,
     click.option("--quiet", is_flag=True, help="No progress bar."),
     click.option(
         "--sign-key",

@@ -158,6 +158,16 @@ def model_options(function):
     )(function)
 
 
+def prepare_workers_option(function):
+    """``--prepare-workers N``: processes preparing private chunk inputs (BuildSettings.prepare_workers)."""
+    return click.option(
+        "--prepare-workers",
+        type=click.IntRange(min=0),
+        help="Processes that decode, process and tokenise chunk inputs ahead of the private forward "
+        "passes (default: from the cores and the device; 0: one background thread). Changes no value.",
+    )(function)
+
+
 def build_settings(options: Mapping[str, Any], **fields: Any):
     """The :class:`~dpmtv.pipeline.settings.BuildSettings` of a command: every parsed option named like a
     settings field (``--epsilon``, ``--shots-per-chunk``, ...), ``progress`` from ``--quiet``,

@@ -7,8 +7,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import build_settings, clip_norms_or_auto, console, err_console, model_options
-from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.cli._common import (
+    build_settings,
+    clip_norms_or_auto,
+    console,
+    err_console,
+    model_options,
+    prepare_workers_option,
+)
+from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE
 
 
 @click.command(name="attack")
@@ -95,6 +102,7 @@ from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
 @click.option("--batch-size", type=int, default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Attack randomness and embedded data.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
+@prepare_workers_option
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def command(**options):
     """Membership-inference attack against plain many-shot ICL (members in the prompt) and the

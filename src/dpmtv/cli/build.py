@@ -144,6 +144,7 @@ def _settings(options, **derived) -> BuildSettings:
         show_private_counts=options["show_private_counts"],
         progress=not options["quiet"],
         max_prompt_tokens=options["max_prompt_tokens"],
+        prepare_workers=options["prepare_workers"],
         **derived,
     )
 

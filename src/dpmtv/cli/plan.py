@@ -6,7 +6,7 @@ import click
 
 from dpmtv.cli._common import console, float_list
 from dpmtv.errors import ParameterError
-from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="plan")
@@ -71,10 +71,10 @@ def command(
     signal bound C per layer, and the smallest N (or m) reaching --target-ratio. Touches no data
     and no budget (docs/design.md §2)."""
     from dpmtv.heads import parse_head_spec
-    from dpmtv.models.loading import read_head_geometry
+    from dpmtv.models.config_file import read_head_geometry_fast
     from dpmtv.pipeline.preview import preview_release, smallest_num_chunks
 
-    geometry = read_head_geometry(model_path)
+    geometry = read_head_geometry_fast(model_path)
     heads = parse_head_spec(head_spec, geometry)
     settings = dict(
         geometry=geometry,

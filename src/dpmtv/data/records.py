@@ -32,10 +32,11 @@ from typing import Any, Union
 
 from PIL import Image, UnidentifiedImageError
 
+from dpmtv.data.datasets_folder import DatasetImage, undecoded_rows
 from dpmtv.errors import RecordError
 
 MAX_IMAGE_PIXELS_VARIABLE = "DPMTV_MAX_IMAGE_PIXELS"
-ImageSource = Union[Path, bytes, Image.Image]  # noqa: UP007 (a runtime alias)
+ImageSource = Union[Path, bytes, Image.Image, DatasetImage]  # noqa: UP007 (a runtime alias)
 REQUIRED_FIELDS = ("image", "question", "answer")
 
 
@@ -142,21 +143,10 @@ def _csv_image_cell(cell: str, where: str) -> list[str]:
 
 
 def _from_datasets(path: Path, require_answer: bool) -> list[Record]:
-    import datasets
-
-    try:
-        dataset = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as exc:
-        raise RecordError(f"'{path}' is not a dataset saved with save_to_disk: {exc}") from None
-    if isinstance(dataset, datasets.DatasetDict):
-        if len(dataset) != 1:
-            raise RecordError(
-                f"'{path}' holds {len(dataset)} splits ({', '.join(dataset)}); point at one split's folder"
-            )
-        (dataset,) = dataset.values()
+    """Rows with undecoded image handles: pixels are read when a chunk is prepared."""
     return [
-        _record_from_row(dict(row), f"{path}[{index}]", path, f"row-{index}", require_answer)
-        for index, row in enumerate(dataset)
+        _record_from_row(row, f"{path}[{index}]", path, f"row-{index}", require_answer)
+        for index, row in undecoded_rows(path)
     ]
 
 
@@ -193,7 +183,7 @@ def _text_field(row: dict[str, Any], name: str, where: str) -> str:
 
 
 def _image_source(value: Any, where: str, base: Path) -> ImageSource:
-    if isinstance(value, Image.Image):
+    if isinstance(value, (Image.Image, DatasetImage)):
         return value
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
@@ -211,6 +201,8 @@ def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
     field = "image" if index == 0 else f"image[{index}]"
     if isinstance(source, Image.Image):
         return source.convert("RGB")
+    if isinstance(source, DatasetImage):
+        source = source.read()
     name = f"file '{source}'" if isinstance(source, Path) else "inline bytes"
     if isinstance(source, Path) and not source.exists():
         raise RecordError(f"{where}: field '{field}': file '{source}' does not exist")

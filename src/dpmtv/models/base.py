@@ -7,6 +7,7 @@ loaded model when the adapter is attached, because transformers moves them betwe
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,6 +42,8 @@ class ModelAdapter:
     model_types: ClassVar[tuple[str, ...]]  # config.model_type values served
     decoder_layers_path: ClassVar[str]  # dotted path from the top-level model
     o_proj_path: ClassVar[str] = "self_attn.o_proj"  # dotted path inside one decoder layer
+    # Whether encoding needs only the processor, so prepare workers may run it (dpmtv._prepare).
+    prepares_in_workers: ClassVar[bool] = True
 
     def __init__(self, model: nn.Module, processor: Any):
         self.model = model
@@ -97,13 +100,23 @@ class ModelAdapter:
                 )
         return o_projs
 
+    def without_model(self) -> ModelAdapter:
+        """A copy that only renders and encodes, for a prepare worker: no model (the worker
+        process never holds the weights), so its inputs stay on the CPU."""
+        clone = copy.copy(self)
+        clone.model, clone.o_projs = None, []
+        return clone
+
     @property
     def input_device(self) -> torch.device:
         """Where the model takes its inputs: its input embeddings' device — with a device map, the
-        device accelerate runs them on (their weights may be offloaded, i.e. on "meta")."""
+        device accelerate runs them on (their weights may be offloaded, i.e. on "meta"); the CPU
+        for a copy :meth:`without_model`."""
         import torch
 
         model = self.model
+        if model is None:
+            return torch.device("cpu")
         try:
             embeddings = model.get_input_embeddings()
         except (AttributeError, NotImplementedError):  # remote code without the accessor

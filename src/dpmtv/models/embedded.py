@@ -18,3 +18,10 @@ def embedded_checkpoint_path() -> Path:
             "train it with scripts/train_embedded.py and copy the folder there"
         )
     return path
+
+
+def resolve_model_path(name_or_path: str | Path) -> str:
+    """``embedded`` names the packaged default model; anything else is a folder or hub id."""
+    if str(name_or_path) == "embedded":
+        return str(embedded_checkpoint_path())
+    return str(name_or_path)

@@ -17,6 +17,7 @@ from torch import nn
 
 from dpmtv.errors import ModelError, UnsupportedModelError
 from dpmtv.models.base import HeadGeometry, ModelAdapter
+from dpmtv.models.embedded import resolve_model_path
 from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
 from dpmtv.models.registry import UNTESTED_WARNING, adapter_for, is_contract_tested
 
@@ -110,15 +111,6 @@ def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs)
             ) from None
         raise
     return (model if move_to is None else model.to(move_to)).eval()
-
-
-def resolve_model_path(name_or_path: str | Path) -> str:
-    """``embedded`` names the packaged default model; anything else is a folder or hub id."""
-    if str(name_or_path) == "embedded":
-        from dpmtv.models.embedded import embedded_checkpoint_path
-
-        return str(embedded_checkpoint_path())
-    return str(name_or_path)
 
 
 def read_head_geometry(name_or_path: str | Path) -> HeadGeometry:

@@ -147,6 +147,10 @@ class SpecAdapter(ModelAdapter):
         self.family = self.display_name = spec.name
         super().__init__(model, processor)
 
+    # "file_path" images are files the model opens during its forward call, and pixel values take
+    # the model's dtype: encoding stays in the forward pass's process (one background thread).
+    prepares_in_workers = False
+
     @classmethod
     def text_config(cls, config: Any) -> Any:
         """The top-level config (remote-code configs need not nest a text config)."""

@@ -252,6 +252,7 @@ def _select_privately(
         rng=rng,
         progress=settings.progress,
         executor=executor,
+        prepare_workers=settings.prepare_workers,
     )
 
 

@@ -17,11 +17,10 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 
 __all__ = ["DEFAULT_CLIP_QUANTILE", "public_clip_norms"]
-
-DEFAULT_CLIP_QUANTILE = 0.5  # the median public chunk norm: about half the chunks are clipped
 
 
 def public_clip_norms(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpmtv.errors import ParameterError
+from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
@@ -27,12 +28,6 @@ __all__ = [
     "QueryKind",
 ]
 
-# The CLI defaults of `build`, `eval` and `plan` (one place, so the three agree): s = 8 records per
-# chunk and C = 5 per layer, the scale of the embedded model's public clip norms. C changes the
-# utility, not the guarantee (Δ scales with C and σ with Δ); `--l2-clip-norm auto` picks it from
-# public records.
-DEFAULT_SHOTS_PER_CHUNK = 8
-DEFAULT_L2_CLIP_NORM = 5.0
 
 
 class QueryKind(str, Enum):
@@ -107,6 +102,9 @@ class BuildSettings:
     # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
     # follow dpmtv.prompt_budget.OVER_LENGTH_RULE. Private chunks are never batched together.
     max_prompt_tokens: int | None = None
+    # Processes preparing chunk inputs for the private passes (None: from the cores and device,
+    # dpmtv._prepare.default_prepare_workers; 0: one background thread). Changes no value.
+    prepare_workers: int | None = None
 
     def __post_init__(self) -> None:
         unit = parse_privacy_unit(self.privacy_unit)
@@ -184,6 +182,9 @@ def _check_counts(settings: BuildSettings) -> None:
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    workers = settings.prepare_workers
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ParameterError(f"prepare_workers must be an integer >= 0, got {workers!r}")
     check_partition_parameters(
         unit=settings.privacy_unit,
         relation=settings.relation,

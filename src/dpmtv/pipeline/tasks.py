@@ -59,8 +59,11 @@ def iter_clipped_chunks(
         query_question=settings.query_question,
     )
     budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
+    extract = extract_each_chunk(
+        loaded.adapter, prompts, heads, max_prompt_tokens=budget, prepare_workers=settings.prepare_workers
+    )
     with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
-        for activations in extract_each_chunk(loaded.adapter, prompts, heads, max_prompt_tokens=budget):
+        for activations in extract:
             if activations is None:  # dropped by the public rule: no contribution
                 yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
             else:

@@ -41,13 +41,13 @@ from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import selected_heads_of
+from dpmtv.extract import prepared_inputs, selected_heads_of, to_device
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k
-from dpmtv.prompt_budget import encode_one_within, resolve_max_prompt_tokens
+from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import Example, chunk_prompt, zero_shot
 from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
@@ -66,6 +66,7 @@ def chunk_votes(
     max_prompt_tokens: int | None = None,
     progress: bool = True,
     executor: Executor | None = None,
+    prepare_workers: int | None = None,
 ) -> list[tuple[int, ...]]:
     """One vote tuple per chunk: flat head ids ``layer·H + head`` (module docstring), computed by
     ``executor`` (default: this process).
@@ -79,6 +80,7 @@ def chunk_votes(
         pool=pool,
         max_prompt_tokens=max_prompt_tokens,
         shots_per_chunk=max((len(chunk) for chunk in chunks), default=0),
+        prepare_workers=prepare_workers,
     )
     cast = iter((executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress))
     return [next(cast) if chunk else () for chunk in chunks]  # an empty chunk casts no vote
@@ -93,6 +95,7 @@ class HeadVotes:
     pool: HeadSet | None
     max_prompt_tokens: int | None
     shots_per_chunk: int
+    prepare_workers: int | None = None  # processes preparing chunk inputs (dpmtv._prepare)
     description: ClassVar[str] = "private head votes"
 
     def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
@@ -101,7 +104,11 @@ class HeadVotes:
         cut = self.shots_per_chunk
         chunks = [[records[int(i)] for i in chunk[:cut]] for chunk in partition.nonempty_chunks()]
         scores = chunk_head_scores(
-            loaded, chunks, max_prompt_tokens=self.max_prompt_tokens, progress=progress
+            loaded,
+            chunks,
+            max_prompt_tokens=self.max_prompt_tokens,
+            progress=progress,
+            prepare_workers=self.prepare_workers,
         )
         return [() if s is None else _top_positive(s, pool_mask, self.max_votes_per_chunk) for s in scores]
 
@@ -115,30 +122,46 @@ def chunk_head_scores(
     *,
     max_prompt_tokens: int | None = None,
     progress: bool = True,
+    prepare_workers: int | None = None,
 ) -> Iterator[torch.Tensor | None]:
     """Per chunk, the attribution score of every head (L, H) float32, or None (no vote).
 
     Each chunk gets its own forward and backward passes (never batched with other chunks), so its
     scores are a function of its own records; ``max_prompt_tokens`` (None: the model's position
-    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`.
+    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. The chunk prompts are
+    rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`).
     """
     budget = resolve_max_prompt_tokens(loaded.adapter, max_prompt_tokens)
-    with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
-        for chunk in chunks:
-            yield _chunk_scores(loaded, chunk, budget)
-            advance(1)
+    prompts = _VotePrompts([chunk for chunk in chunks if len(chunk) >= 2])  # fewer: no demonstration
+    encoded = prepared_inputs(loaded.adapter, prompts, max_prompt_tokens=budget, workers=prepare_workers)
+    try:
+        with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
+            for chunk in chunks:
+                yield _chunk_scores(loaded, chunk, next(encoded)) if len(chunk) >= 2 else None
+                advance(1)
+    finally:
+        encoded.close()
 
 
-def _chunk_scores(loaded, chunk: Sequence[Record], budget: int) -> torch.Tensor | None:
-    if len(chunk) < 2:
+class _VotePrompts(Sequence):
+    """The voting chunks' prompts, rendered (images decoded) only where they are encoded."""
+
+    def __init__(self, chunks: list[Sequence[Record]]):
+        self._chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __getitem__(self, index):
+        return chunk_prompt(self._chunks[index], query="record", query_question="")
+
+
+def _chunk_scores(loaded, chunk: Sequence[Record], inputs) -> torch.Tensor | None:
+    if inputs is None:  # the query alone exceeds the budget (so does its zero-shot prompt)
         return None
     adapter = loaded.adapter
     geometry = adapter.geometry
-    prompt = chunk_prompt(chunk, query="record", query_question="")
-    inputs = encode_one_within(adapter, prompt, max_prompt_tokens=budget)
-    if inputs is None:  # the query alone exceeds the budget (so does its zero-shot prompt)
-        return None
-    captured = selected_heads_of(adapter, inputs, all_heads(geometry))  # layer -> (1, H*d)
+    captured = selected_heads_of(adapter, to_device(inputs, adapter.input_device), all_heads(geometry))
     stacked = np.stack([captured[layer][0] for layer in range(geometry.num_layers)])  # (L, H*d)
     values = torch.from_numpy(stacked.reshape(1, geometry.num_layers, geometry.num_heads, -1)).float()
     query = _held_out_query(adapter, chunk[-1])
@@ -169,6 +192,7 @@ def select_private(
     rng: np.random.Generator | None = None,
     progress: bool = True,
     executor: Executor | None = None,
+    prepare_workers: int | None = None,
 ) -> SelectionResult:
     """Votes of ``partition``'s chunks of ``records`` → histogram → ``noisy_top_k(k, ε_sel)`` →
     the selected heads.
@@ -189,6 +213,7 @@ def select_private(
         pool=pool,
         max_prompt_tokens=max_prompt_tokens,
         shots_per_chunk=shots_per_chunk,
+        prepare_workers=prepare_workers,
     )
     votes = (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
     counts = head_vote_counts(

@@ -1,0 +1,77 @@
+"""Commands that run no model start without torch and transformers (docs/design.md §13, start-up).
+
+Each command runs in a fresh interpreter through the real click entry point; the test reads that
+interpreter's ``sys.modules`` after the command returned.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from dpmtv.cli import main
+
+PROBE = """
+import json, sys
+from dpmtv.cli import main
+try:
+    main(sys.argv[1:], prog_name="dpmtv")
+except SystemExit as stop:
+    code = stop.code
+else:
+    code = 0
+heavy = [m for m in ("torch", "transformers") if m in sys.modules]
+print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
+"""
+
+SUBCOMMANDS = (
+    "answer",
+    "attack",
+    "audit",
+    "budget",
+    "build",
+    "demo",
+    "eval",
+    "inspect",
+    "plan",
+    "select",
+    "serve",
+)
+
+
+def _heavy_modules_after(*args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] in (0, None), done.stdout + done.stderr
+    return report["heavy"]
+
+
+def test_top_level_help_imports_no_model_stack():
+    assert _heavy_modules_after("--help") == []
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_help_imports_no_model_stack(name):
+    assert _heavy_modules_after(name, "--help") == []
+
+
+def test_inspect_plan_and_budget_import_no_model_stack(tiny_llava_path, records_file, tmp_path):
+    out, ledger = tmp_path / "t.safetensors", tmp_path / "ledger.db"
+    common = ["--model", str(tiny_llava_path), "--heads", "layers:0", "--epsilon", "1", "--delta", "1e-5"]
+    common += ["--l2-clip-norm", "1.5", "--shots-per-chunk", "4"]
+    build = ["build", *common, "--data", str(records_file), "--out", str(out), "--quiet"]
+    built = CliRunner().invoke(main, build)
+    assert built.exit_code == 0, built.output
+    assert _heavy_modules_after("inspect", str(out)) == []
+    assert _heavy_modules_after("inspect", str(out), "--json") == []
+    assert _heavy_modules_after("plan", *common, "--num-records", "24") == []
+    embedded = ["--model", "embedded", "--heads", "all", "--epsilon", "1", "--num-records", "64"]
+    assert _heavy_modules_after("plan", *embedded) == []
+    init = ["init", "d", "--epsilon", "2", "--delta", "1e-5", "--ledger", str(ledger)]
+    assert _heavy_modules_after("budget", *init) == []
+    assert _heavy_modules_after("budget", "show", "--ledger", str(ledger)) == []
+    assert _heavy_modules_after("budget", "show", "d", "--ledger", str(ledger)) == []
