@@ -179,7 +179,8 @@ class ModelAdapter:
     def _run_processor(self, kwargs: dict[str, Any]) -> Any:
         from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
 
-        family = getattr(self.model.config, "model_type", self.display_name)
+        # a prepare worker's copy of the adapter has no model: name the family by display name then
+        family = getattr(getattr(self.model, "config", None), "model_type", self.display_name)
         try:
             return self.processor(**kwargs)
         except PROCESSOR_ERRORS as exc:
