@@ -112,6 +112,7 @@ def verify_signature(artifact: str | Path, *, trusted_keys: Sequence[str | Path]
     artifact = Path(artifact)
     if not trusted_keys:
         raise ParameterError("verify_signature needs at least one trusted key (--trusted-key PUB.pem)")
+    _model_signing("verifying")  # without the extra: the pip line, not an ImportError
     hints = {_public_key_sha256(Path(key)): Path(key) for key in trusted_keys}
     signed_by = signer_key_sha256(artifact)
     if signed_by is None:
