@@ -20,6 +20,7 @@ import torch
 
 from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings, prefetched
 from dpmtv.errors import ParameterError
+from dpmtv.failed_chunks import chunk_or_none, finite_or_none
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
 from dpmtv.models.base import ModelAdapter
@@ -58,7 +59,9 @@ def extract_each_chunk(
     timings: PipelineTimings | None = None,
 ) -> Iterator[dict[int, np.ndarray] | None]:
     """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
-    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget).
+    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget) or
+    the failed-chunk rule of :mod:`dpmtv.failed_chunks` applies (rendering, encoding or the pass
+    raised, or gave NaN/inf): the chunk then contributes nothing.
 
     The next ``prefetch`` prompts are rendered (images decoded) and encoded on a background
     thread while this one runs (:mod:`dpmtv._prefetch`); each is still encoded alone and gets its
@@ -66,10 +69,18 @@ def extract_each_chunk(
     prompts = prompts if isinstance(prompts, Sequence) else list(prompts)
 
     def encode(index: int) -> Mapping[str, torch.Tensor] | None:
-        return encode_one_within(adapter, prompts[index], max_prompt_tokens=max_prompt_tokens)
+        return chunk_or_none(_encode_chunk, adapter, prompts, index, max_prompt_tokens)
 
     for inputs in prefetched(encode, len(prompts), depth=prefetch, timings=timings):
-        yield None if inputs is None else selected_heads_of(adapter, inputs, heads)
+        if inputs is None:
+            yield None
+        else:
+            yield finite_or_none(chunk_or_none(selected_heads_of, adapter, inputs, heads))
+
+
+def _encode_chunk(adapter, prompts: Sequence[Prompt], index: int, max_prompt_tokens: int):
+    """Render prompt ``index`` (images decoded) and encode it within the budget."""
+    return encode_one_within(adapter, prompts[index], max_prompt_tokens=max_prompt_tokens)
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:

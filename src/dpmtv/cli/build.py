@@ -267,11 +267,13 @@ def command(
     gpus_per_worker,
 ):
     """Build a private task vector from private records (docs/design.md §2)."""
+    from dpmtv._build_time import build_timestamp
     from dpmtv.data import load_records
     from dpmtv.models.loading import load_model
     from dpmtv.pipeline.build import build_task_vector
     from dpmtv.pipeline.settings import relation_for_unit
 
+    started_at = build_timestamp()  # the one time stored, taken before any record is read
     if epsilon is None and not non_private:
         raise ParameterError(
             "--epsilon is required (or --non-private for an explicitly non-private baseline)"
@@ -313,11 +315,18 @@ def command(
     check_output_space(
         out, artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=center != "none")
     )
-    charge = _ledger_charge(ledger, settings, loaded, out, void_reason)
+    charge = _ledger_charge(ledger, settings, loaded, out, void_reason, started_at)
     with ray_executor(ray_address, workers, gpus_per_worker, loaded, dtype=dtype, device=device) as executor:
         try:
             result = build_task_vector(
-                loaded, records, heads, settings, out=out, before_noise=charge, executor=executor
+                loaded,
+                records,
+                heads,
+                settings,
+                out=out,
+                before_noise=charge,
+                executor=executor,
+                started_at=started_at,
             )
         except BaseException as exc:
             _explain_failure(charge, exc)
@@ -484,7 +493,7 @@ def _check_public_inputs(records, heads_from, center, query, public_data) -> Non
     check_public_inputs(records, public_records=public_records, public_images=public_images)
 
 
-def _ledger_charge(ledger, settings, loaded, out, void_reason):
+def _ledger_charge(ledger, settings, loaded, out, void_reason, started_at):
     """The ledger callback (None without --dataset)."""
     if ledger is None:
         return None
@@ -500,6 +509,7 @@ def _ledger_charge(ledger, settings, loaded, out, void_reason):
         library_version=__version__,
         artifact=out,
         void_reason=void_reason,
+        started_at=started_at,
     )
 
 

@@ -9,14 +9,19 @@ Order of a build, and why:
 1. validate, partition (data-independent), split the chunks for parallel composition;
 2. plan the release (σ) and, with private selection, the selection — all numbers fixed before
    any private value is touched; with private selection Δ is the worst case over the ``k``
-   heads the selection may pick, so it does not depend on the (noisy) choice;
+   heads the selection may pick, so it does not depend on the (noisy) choice; then the one
+   validation pass over every record (:mod:`dpmtv.pipeline.validation`): what one record can
+   fail on by itself refuses the build here, before the charge and any private forward pass;
 3. ``before_noise`` (the ledger charge) runs exactly once, right before the first noise draw:
    before the selection's noisy top-k, or else just before the release noise;
-4. extract, clip and sum the release chunks; noise once; write the artifact atomically.
+4. extract, clip and sum the release chunks (a failing chunk contributes zero,
+   :mod:`dpmtv.failed_chunks`); noise once; write the artifact atomically. From the charge on,
+   an error's message is withheld (:mod:`dpmtv.pipeline.private_phase`).
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +30,7 @@ from pathlib import Path
 import dp_accounting
 import numpy as np
 
+from dpmtv._build_time import build_timestamp, timestamp_seconds
 from dpmtv._progress import progress_bar
 from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
@@ -41,6 +47,7 @@ from dpmtv.pipeline.partition import (
     parallel_composition_halves,
     partition_records,
 )
+from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.settings import (
     DEFAULT_QUERY_QUESTION,
     BuildSettings,
@@ -48,6 +55,7 @@ from dpmtv.pipeline.settings import (
     PrivateSelectionSettings,
     QueryKind,
 )
+from dpmtv.pipeline.validation import validate_build_inputs
 from dpmtv.privacy import (
     ClippedSumAccumulator,
     Partition,
@@ -108,6 +116,7 @@ def build_task_vector(
     out: str | Path | None = None,
     before_noise: BeforeNoise | None = None,
     executor: Executor | None = None,
+    started_at: str | None = None,
 ) -> BuildResult:
     """Build a private task vector from ``records`` and (optionally) write it to ``out``.
 
@@ -118,8 +127,13 @@ def build_task_vector(
     runs right after planning, before any forward pass. ``executor`` computes the selection
     chunks' votes and sums the release chunks' clipped vectors (default: this process;
     :class:`dpmtv.distributed.RayExecutor` on Ray workers); noise is added here, once, either way.
+    ``started_at`` (:mod:`dpmtv._build_time`; default ``before_noise.started_at``, else now) is
+    the one time stored: the artifact's ``created_at`` and file time, the ledger's rows.
+    Records are validated before the charge (:mod:`dpmtv.pipeline.validation`); after it a
+    failing chunk contributes zero (:mod:`dpmtv.failed_chunks`) and errors are withheld
+    (:mod:`dpmtv.pipeline.private_phase`).
     """
-    geometry = loaded.adapter.geometry
+    started_at = started_at or getattr(before_noise, "started_at", None) or build_timestamp()
     notes = _validate(settings, records, heads)
     check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
     settings = replace(
@@ -129,39 +143,82 @@ def build_task_vector(
         settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
     )
     layout = plan_layout(loaded, records, heads, settings)
-    chunked, release_part, clip_norms = layout.chunked, layout.release_part, layout.l2_clip_norms
-    sensitivity, partition = layout.l2_sensitivity, chunked.partition
-    notes += _count_notes(chunked, settings)
+    notes += _count_notes(layout.chunked, settings)
     selection_plan = _plan_selection(settings)
-    plan = _plan_release(settings, sensitivity, sampler, selection_plan)  # None: non-private
+    plan = _plan_release(settings, layout.l2_sensitivity, sampler, selection_plan)  # None: non-private
     charge = _ChargeOnce(before_noise, _build_event(plan, selection_plan))
-    notes += _weak_signal_notes(loaded, heads, plan, clip_norms)  # public numbers, before any data
+    notes += _weak_signal_notes(loaded, heads, plan, layout.l2_clip_norms)  # public numbers, before any data
+    pool = heads if heads is not None else _pool(settings, loaded.adapter.geometry)
+    validate_build_inputs(loaded.adapter, records, pool, settings)  # before the charge and any private pass
+    release = _Release(loaded, records, settings, layout, plan, sampler, charge, executor)
+    heads, head_selection, reference, noised = run_private_phase(
+        lambda: release.run(heads, selection_plan),
+        charged=lambda: charge.done,
+        counts_are_private=not (layout.chunked.counts_are_public or settings.show_private_counts),
+    )
+    vector = _task_vector(
+        loaded, heads, settings, noised, reference, layout, head_selection, executor, started_at
+    )
+    path = save_task_vector(vector, out) if out is not None else None
+    if path is not None:  # the file's time is the build's one time too
+        os.utime(path, (timestamp_seconds(started_at),) * 2)
+    return BuildResult(
+        vector, path, layout.chunked.partition.num_unused, tuple(notes), charge.event if charge.done else None
+    )
 
-    head_selection = settings.head_selection
-    if heads is None:
-        charge()
-        selection = _select_privately(
-            loaded, records, layout.selection_part, settings, selection_plan, executor
+
+@dataclass(frozen=True)
+class _Release:
+    """The private part of a build: (selection,) extraction, sum, noise. Everything it holds is
+    fixed before it runs; :meth:`run` is what :func:`run_private_phase` guards."""
+
+    loaded: LoadedModel
+    records: Sequence[Record]
+    settings: BuildSettings
+    layout: BuildLayout
+    plan: GaussianReleasePlan | None
+    sampler: object
+    charge: _ChargeOnce
+    executor: Executor | None
+
+    def run(self, heads: HeadSet | None, selection_plan: PrivateSelectionPlan | None):
+        """(heads, head_selection, reference, noised release)."""
+        loaded, records, settings, layout = self.loaded, self.records, self.settings, self.layout
+        head_selection = settings.head_selection
+        if heads is None:
+            self.charge()
+            selection = _select_privately(
+                loaded, records, layout.selection_part, settings, selection_plan, self.executor
+            )
+            heads, head_selection = selection.heads, selection.to_metadata()
+        reference = reference_activations(loaded, heads, settings)
+        accumulator = sum_clipped_chunks(
+            loaded,
+            records,
+            layout.release_part,
+            heads,
+            settings,
+            reference,
+            layout.l2_clip_norms,
+            executor=self.executor,
         )
-        heads, head_selection = selection.heads, selection.to_metadata()
+        noised = release_clipped_sum(
+            accumulator,
+            num_chunks=layout.release_part.num_chunks,
+            plan=self.plan,
+            sampler=self.sampler,
+            before_noise=self.charge,  # a non-private build is recorded too (a ledger voids the dataset)
+            allow_non_private=settings.non_private,
+            l2_sensitivity=layout.l2_sensitivity,
+        )
+        return heads, head_selection, reference, noised
 
-    reference = reference_activations(loaded, heads, settings)
-    accumulator = sum_clipped_chunks(
-        loaded, records, release_part, heads, settings, reference, clip_norms, executor=executor
-    )
-    noised = release_clipped_sum(
-        accumulator,
-        num_chunks=release_part.num_chunks,
-        plan=plan,
-        sampler=sampler,
-        before_noise=charge,  # a non-private build is recorded too (a ledger voids the dataset)
-        allow_non_private=settings.non_private,
-        l2_sensitivity=sensitivity,
-    )
 
+def _task_vector(loaded, heads, settings, noised, reference, layout, head_selection, executor, started_at):
+    geometry = loaded.adapter.geometry
     values = _per_head_rows(noised.layers, heads, geometry.head_dim)
     reference_rows = _per_head_rows(reference, heads, geometry.head_dim)
-    vector = TaskVector(
+    return TaskVector(
         heads=heads,
         values=(values + reference_rows).astype(np.float32),
         metadata=artifact_metadata(
@@ -169,17 +226,14 @@ def build_task_vector(
             heads,
             settings,
             noised.plan,
-            clip_norms,
-            release_part,
-            chunked,
+            layout.l2_clip_norms,
+            layout.release_part,
+            layout.chunked,
             head_selection,
             workers=(executor or LocalExecutor()).workers,
+            created_at=started_at,
         ),
         reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
-    )
-    path = save_task_vector(vector, out) if out is not None else None
-    return BuildResult(
-        vector, path, partition.num_unused, tuple(notes), charge.event if charge.done else None
     )
 
 
@@ -288,19 +342,17 @@ def _count_notes(chunked: PrivatePartition, settings: BuildSettings) -> list[str
 
     δ is compared with the number of protected units (records, or users at user level): a
     δ >= 1/#units permits releasing one unit's data outright. Under add-remove-one and user level
-    the counts are private, so a note names them only with ``show_private_counts``.
+    the counts are private, and so is whether δ >= 1/#units holds (it flips between N = 20 and
+    N = 21 at δ = 0.049): the warning is given there only with ``show_private_counts``.
     """
     show = settings.show_private_counts or chunked.counts_are_public
     user = settings.privacy_unit is PrivacyUnit.USER
     units, name = chunked.num_protected_units, "users" if user else "records"
     notes = []
-    if not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
-        count = (
-            f" = {1.0 / units:g} for {units} {name}" if show else f" (--show-private-counts shows #{name})"
-        )
+    if show and not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
         notes.append(
-            f"delta = {settings.delta:g} is >= 1/#{name}{count}; such a delta permits leaking one "
-            f"of the {name} outright; choose delta well below 1/#{name}"
+            f"delta = {settings.delta:g} is >= 1/#{name} = {1.0 / units:g} for {units} {name}; such a "
+            f"delta permits leaking one of the {name} outright; choose delta well below 1/#{name}"
         )
         warnings.warn(notes[-1], stacklevel=3)
     if user:

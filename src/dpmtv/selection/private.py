@@ -42,6 +42,7 @@ from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.extract import selected_heads_of
+from dpmtv.failed_chunks import chunk_or_none, finite_or_none
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.partition import chunk_prompt
@@ -119,12 +120,13 @@ def chunk_head_scores(
 
     Each chunk gets its own forward and backward passes (never batched with other chunks), so its
     scores are a function of its own records; ``max_prompt_tokens`` (None: the model's position
-    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`.
+    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. A chunk whose
+    computation raises or gives NaN/inf scores casts no vote (:mod:`dpmtv.failed_chunks`).
     """
     budget = resolve_max_prompt_tokens(loaded.adapter, max_prompt_tokens)
     with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
         for chunk in chunks:
-            yield _chunk_scores(loaded, chunk, budget)
+            yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, budget))
             advance(1)
 
 
