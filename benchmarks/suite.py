@@ -139,10 +139,12 @@ def workers(tmp: Path, options) -> dict:
     from dpmtv.data import load_records
     from dpmtv.data.synthetic import write_colour_records
     from dpmtv.distributed import RayExecutor
-    from dpmtv.executor import ChunkJob, ClippedSum, LocalExecutor, ModelSource
+    from dpmtv.executor import LocalExecutor, ModelSource
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
-    from dpmtv.pipeline.build import plan_layout, reference_activations
+    from dpmtv.pipeline.build import reference_activations
+    from dpmtv.pipeline.plan import plan_layout
+    from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
     from dpmtv.selection import chunk_votes
 
     shots, chunks = 8, options.worker_chunks

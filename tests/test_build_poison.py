@@ -26,10 +26,12 @@ from PIL import Image
 from dpmtv.cli import main
 from dpmtv.data.records import load_records
 from dpmtv.errors import DpmtvError, RecordError
-from dpmtv.executor import ChunkJob, ClippedRows, LocalExecutor
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
-from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector, plan_layout
+from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.selection.private import chunk_head_scores
 from dpmtv.testing import build_tiny_checkpoint
 from tests.conftest import write_records

@@ -11,8 +11,7 @@ from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
-from dpmtv.pipeline.partition import chunk_prompt
-from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 from tests.conftest import write_records
 
 

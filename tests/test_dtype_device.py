@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from dpmtv.data import load_records
-from dpmtv.executor import ChunkJob, ClippedSum, LocalExecutor
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model, resolve_device
-from dpmtv.pipeline.build import BuildSettings, plan_layout, reference_activations
+from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
 from dpmtv.privacy.release import release_without_noise
 from tests.conftest import write_records
 

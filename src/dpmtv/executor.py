@@ -1,41 +1,25 @@
 """Where per-chunk work runs: in this process (:class:`LocalExecutor`) or on Ray workers
-(:class:`dpmtv.distributed.RayExecutor`). Three kinds of work share it, each a
-:class:`ChunkTask` that is a function of one chunk's records at a time:
-
-* :class:`ClippedSum` — the build's release: the sum of the chunks' clipped vectors (the build
-  takes its mean and adds noise once, on the driver);
-* :class:`ClippedRows` — the sensitivity audit (:mod:`dpmtv.audit.sensitivity`): the clipped
-  vector of each chunk, kept in the driver's memory;
-* :class:`dpmtv.selection.private.HeadVotes` — private head selection: each chunk's vote (the
-  driver checks the votes' structure and builds the histogram).
-
-The first two run the build's own extraction, :func:`dpmtv.pipeline.build.iter_clipped_chunks` (prompt
-rendering, one forward pass per chunk, centring, per-layer clipping), so distributed results are
-the local ones computed in pieces.
+(:class:`dpmtv.distributed.RayExecutor`), and the protocol of that work, a :class:`ChunkTask`
+that is a function of one chunk's records at a time. The tasks themselves live with their callers:
+:class:`dpmtv.pipeline.tasks.ClippedSum` (the build's release), :class:`~dpmtv.pipeline.tasks.ClippedRows`
+(the sensitivity audit) and :class:`dpmtv.selection.private.HeadVotes` (private selection's votes).
+An executor only moves chunks and results: it never calls back into the pipeline.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
-
-import numpy as np
+from typing import Any, Protocol
 
 from dpmtv.data.records import Record
-from dpmtv.heads import HeadSet
-from dpmtv.privacy import ClippedSumAccumulator, Partition
+from dpmtv.privacy import Partition
 
 __all__ = [
-    "ChunkJob",
     "ChunkTask",
-    "ClippedRows",
-    "ClippedSum",
     "Executor",
     "LocalExecutor",
     "ModelSource",
-    "sum_clipped_chunks",
 ]
 
 
@@ -73,8 +57,11 @@ class ChunkTask(Protocol):
     the results of consecutive batches, given in chunk order, into the result for all chunks.
     """
 
-    shots_per_chunk: int  # records per chunk that travel to a worker
-    description: str  # for the progress bar
+    @property
+    def shots_per_chunk(self) -> int: ...  # records per chunk that travel to a worker
+
+    @property
+    def description(self) -> str: ...  # for the progress bar
 
     def run(self, loaded, records: Sequence[Record], partition: Partition, *, progress: bool) -> Any: ...
 
@@ -98,97 +85,3 @@ class LocalExecutor:
 
     def run(self, loaded, records, partition, task: ChunkTask, *, progress: bool = False) -> Any:
         return task.combine([task.run(loaded, records, partition, progress=progress)])
-
-
-@dataclass(frozen=True)
-class ChunkJob:
-    """What every chunk of one extraction shares, all public: the heads, the build settings
-    (prompt format, token budget), the centring reference and the clip norms."""
-
-    heads: HeadSet
-    settings: Any  # dpmtv.pipeline.settings.BuildSettings
-    reference: dict[int, np.ndarray]  # layer -> (k_l*d,)
-    l2_clip_norms: dict[int, float]
-
-    @property
-    def layer_dims(self) -> dict[int, int]:
-        return {layer: int(np.size(self.reference[layer])) for layer in self.heads.layers}
-
-    @property
-    def shots_per_chunk(self) -> int:
-        return self.settings.shots_per_chunk
-
-    def clipped_chunks(self, loaded, records, partition, *, progress: bool):
-        """:func:`dpmtv.pipeline.build.iter_clipped_chunks` with this job: per non-empty chunk,
-        ``{layer: (1, k_l*d)}``."""
-        from dpmtv.pipeline.build import iter_clipped_chunks  # build imports this module
-
-        settings = dataclasses.replace(self.settings, progress=progress)
-        return iter_clipped_chunks(
-            loaded, records, partition, self.heads, settings, self.reference, self.l2_clip_norms
-        )
-
-
-@dataclass(frozen=True)
-class _ClippedChunksTask:
-    """What the build's extraction tasks share: the job, and the records a chunk sends."""
-
-    job: ChunkJob
-    description: ClassVar[str] = "extracting chunks"
-
-    @property
-    def shots_per_chunk(self) -> int:
-        return self.job.shots_per_chunk
-
-
-@dataclass(frozen=True)
-class ClippedSum(_ClippedChunksTask):
-    """The sum of the chunks' clipped vectors, ``Σ_j â_j`` per layer (un-noised)."""
-
-    def run(self, loaded, records, partition, *, progress: bool) -> ClippedSumAccumulator:
-        accumulator = ClippedSumAccumulator(self.job.layer_dims)
-        for clipped in self.job.clipped_chunks(loaded, records, partition, progress=progress):
-            accumulator.add(clipped)
-        return accumulator
-
-    def combine(self, results: list[ClippedSumAccumulator]) -> ClippedSumAccumulator:
-        """Added in the order given (chunk order), so that the sum does not depend on which worker
-        finished first (float addition is not associative)."""
-        total = ClippedSumAccumulator(self.job.layer_dims)
-        for accumulator in results:
-            total.merge(accumulator)
-        return total
-
-
-@dataclass(frozen=True)
-class ClippedRows(_ClippedChunksTask):
-    """Each non-empty chunk's clipped vector, layers concatenated, float64 ``(chunks, Σ k_l*d)``.
-    Private and un-noised: for audits and experiments that hold them in memory, never write them."""
-
-    def run(self, loaded, records, partition, *, progress: bool) -> np.ndarray:
-        layers = self.job.heads.layers
-        rows = [
-            np.concatenate([clipped[layer] for layer in layers], axis=1).astype(np.float64)
-            for clipped in self.job.clipped_chunks(loaded, records, partition, progress=progress)
-        ]
-        return np.concatenate(rows) if rows else np.zeros((0, sum(self.job.layer_dims.values())))
-
-    def combine(self, results: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(results)
-
-
-def sum_clipped_chunks(
-    loaded,
-    records: Sequence[Record],
-    partition: Partition,
-    heads: HeadSet,
-    settings,
-    reference: dict[int, np.ndarray],
-    l2_clip_norms: dict[int, float],
-    *,
-    executor: Executor | None = None,
-) -> ClippedSumAccumulator:
-    """The sum of every chunk's clipped vector, ``Σ_j â_j`` per layer, by ``executor`` (default:
-    this process). Un-noised: the caller takes the mean and noises it once."""
-    task = ClippedSum(ChunkJob(heads, settings, reference, l2_clip_norms))
-    return (executor or LocalExecutor()).run(loaded, records, partition, task, progress=settings.progress)

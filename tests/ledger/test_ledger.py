@@ -16,7 +16,8 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpmtv.errors import BudgetExceededError, DpmtvError, LedgerError, ParameterError
-from dpmtv.ledger.book import Ledger, LedgerCharge, composed_epsilon
+from dpmtv.ledger.book import Ledger, composed_epsilon
+from dpmtv.ledger.charge import LedgerCharge
 from dpmtv.privacy import gaussian_release_event
 from dpmtv.privacy.disjoint import DisjointReleases
 

@@ -59,11 +59,10 @@ from dpmtv.pipeline.build import (
     DEFAULT_QUERY_QUESTION,
     BuildSettings,
     build_task_vectors_for_epsilons,
-    chunk_prompt,
 )
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import event_to_json
-from dpmtv.prompts import Prompt
+from dpmtv.prompts import Prompt, chunk_prompt
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")

@@ -70,7 +70,6 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import BudgetExceededError, LedgerError, ParameterError
-from dpmtv.ledger.charge import LedgerCharge
 from dpmtv.ledger.format import (
     _MIGRATE_1_TO_2,
     _SCHEMA,
@@ -99,7 +98,6 @@ __all__ = [
     "ChargeReceipt",
     "DatasetStatus",
     "Ledger",
-    "LedgerCharge",
     "PRIVACY_UNITS",
     "Void",
     "composed_epsilon",

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpmtv._build_time import build_timestamp
 from dpmtv.errors import BudgetExceededError
+from dpmtv.ledger.book import Ledger
 from dpmtv.ledger.format import check_name, check_relation, check_unit
 from dpmtv.ledger.records import ChargeReceipt, DatasetStatus, Void
 from dpmtv.privacy.disjoint import ChargedEvent
-
-if TYPE_CHECKING:  # the ledger module imports this one
-    from dpmtv.ledger.book import Ledger
 
 __all__ = ["LedgerCharge"]
 

@@ -15,7 +15,7 @@ import dp_accounting
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy.disjoint import DisjointReleases, charged_event_from_json, charged_event_to_json
-from dpmtv.privacy.relation import parse_relation
+from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
 
 SCHEMA_VERSION = 2
 PRIVACY_UNITS = ("record", "user")
@@ -104,7 +104,7 @@ def check_name(name: object) -> str:
     return name
 
 
-def check_relation(value: object) -> str:
+def check_relation(value: str | AdjacencyRelation) -> str:
     return parse_relation(value).value
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dpmtv._build_time import build_timestamp
 from dpmtv._version import __version__
 from dpmtv.failed_chunks import FAILED_CHUNK_RULE
+from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import model_identity
-from dpmtv.pipeline.settings import QueryKind
-from dpmtv.privacy import PrivatePartition, event_to_json
+from dpmtv.pipeline.settings import BuildSettings, QueryKind
+from dpmtv.privacy import Partition, PrivatePartition, event_to_json
+from dpmtv.privacy.release import GaussianReleasePlan
 from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
+
+if TYPE_CHECKING:  # the model's identity is read from it; torch loads with the model
+    from dpmtv.models.loading import LoadedModel
 
 ACCOUNTANT_DESCRIPTION = (
     "dp-accounting's PLD accountant (pessimistic) over unit-sensitivity events: a Gaussian of "
@@ -22,14 +27,14 @@ ACCOUNTANT_DESCRIPTION = (
 
 
 def artifact_metadata(
-    loaded,
-    heads,
-    settings,
-    plan,
-    clip_norms,
-    partition,
+    loaded: LoadedModel,
+    heads: HeadSet,
+    settings: BuildSettings,
+    plan: GaussianReleasePlan,
+    clip_norms: dict[int, float],
+    partition: Partition,
     chunked: PrivatePartition,
-    head_selection,
+    head_selection: dict[str, Any],
     *,
     workers: int = 1,
     created_at: str | None = None,
@@ -49,7 +54,7 @@ def artifact_metadata(
         neighbouring_relation=relation.value,
         privacy_unit=settings.privacy_unit.value,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
-        l2_sensitivity=plan.l2_sensitivity,
+        l2_sensitivity=cast(float, plan.l2_sensitivity),  # every released plan records its Δ
         noise_std=plan.noise_std,
         noise_std_analytic=plan.noise_std_analytic if plan.noised else None,
         noise_std_sampler_map=plan.noise_std_sampler_map,
@@ -76,7 +81,7 @@ def artifact_metadata(
     )
 
 
-def prompt_metadata(settings) -> dict[str, Any]:
+def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
     """The prompt's public kinds; public file paths are not stored (they may name people)."""
     return {
         "query": settings.query.value,

@@ -1,4 +1,4 @@
-"""From records to chunk prompts: partition dispatch, chunk record lists, lazy prompt rendering.
+"""From records to chunks: partition dispatch, chunk record lists, lazy chunk-prompt rendering.
 
 Model-free and privacy-free glue: the partition functions themselves live in ``dpmtv.privacy``.
 """
@@ -6,13 +6,12 @@ Model-free and privacy-free glue: the partition functions themselves live in ``d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from typing import overload
 
 import numpy as np
-from PIL import Image
 
 from dpmtv.data.records import Record
-from dpmtv.errors import ParameterError, RecordError
+from dpmtv.errors import RecordError
 from dpmtv.privacy import (
     AdjacencyRelation,
     Partition,
@@ -22,7 +21,7 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import parallel_half, parallel_half_sizes
 from dpmtv.privacy.partition import SparseChunks
-from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.prompts import Prompt, chunk_prompt
 
 
 def partition_records(
@@ -38,12 +37,13 @@ def partition_records(
     """The build's partition of ``records`` by :func:`dpmtv.privacy.partition_private_records`
     (no default unit or relation: the caller must say what the guarantee protects). Checks first
     that every record carries the id the assignment hashes, naming the first record without."""
-    record_ids = user_ids = None
+    record_ids: list[str] | None = None
+    user_ids: list[str] | None = None
     if unit is PrivacyUnit.USER:
         anonymous = next((r for r in records if r.user_id is None), None)
         if anonymous is not None:
             raise RecordError(f"{anonymous.where}: field 'user_id' is missing; --privacy-unit user needs it")
-        user_ids = [r.user_id for r in records]
+        user_ids = [str(r.user_id) for r in records]
     elif relation is AdjacencyRelation.ADD_REMOVE_ONE:
         unnamed = next((r for r in records if not r.has_explicit_id), None)
         if unnamed is not None:
@@ -73,19 +73,12 @@ def parallel_composition_halves(partition: Partition) -> tuple[Partition, Partit
     for j, chunk in partition.nonempty_items():
         half, position = parallel_half(j)
         halves[half][position] = chunk
-    sizes = parallel_half_sizes(partition.num_chunks)
-    return tuple(
-        Partition(chunks=SparseChunks(chunks, num_chunks=size), num_unused=partition.num_unused)
-        for chunks, size in zip(halves, sizes, strict=True)
+    selection_size, release_size = parallel_half_sizes(partition.num_chunks)
+    unused = partition.num_unused
+    return (
+        Partition(chunks=SparseChunks(halves[0], num_chunks=selection_size), num_unused=unused),
+        Partition(chunks=SparseChunks(halves[1], num_chunks=release_size), num_unused=unused),
     )
-
-
-def nonempty_chunk_records(
-    records: Sequence[Record], partition: Partition, shots_per_chunk: int
-) -> list[list[Record]]:
-    """The non-empty chunks' records, cut to ``shots_per_chunk``, in chunk order (O(non-empty
-    chunks) for a huge public ``m``)."""
-    return [[records[int(i)] for i in chunk[:shots_per_chunk]] for chunk in partition.nonempty_chunks()]
 
 
 def chunk_records(
@@ -95,7 +88,7 @@ def chunk_records(
     return [[records[int(i)] for i in chunk[:shots_per_chunk]] for chunk in partition.chunks]
 
 
-class ChunkPrompts(Sequence):
+class ChunkPrompts(Sequence[Prompt]):
     """Chunk prompts rendered (images decoded) only when a batch asks for them, so memory stays
     flat in the number of records. Empty chunks are skipped: they contribute nothing to the sum,
     and the mean still divides by the public m."""
@@ -117,31 +110,14 @@ class ChunkPrompts(Sequence):
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> Prompt: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Prompt]: ...
+
+    def __getitem__(self, index: int | slice) -> Prompt | list[Prompt]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         chunk = [self._records[int(i)] for i in self._chunks[index][: self._shots]]
         return chunk_prompt(chunk, query=self._query, query_question=self._question)
-
-
-def chunk_prompt(chunk: Sequence[Record], *, query: str, query_question: str) -> Prompt:
-    """One chunk's prompt: its records as demonstrations, then the query (docs/design.md §2)."""
-    if query == "record":
-        *demos, last = chunk
-        query_example = Example(last.load_images(), last.question)
-    else:
-        demos = list(chunk)
-        query_example = Example((public_query_image(query),), query_question)
-    return Prompt(tuple(Example(r.load_images(), r.question, r.answer) for r in demos), query_example)
-
-
-def public_query_image(query: str) -> Image.Image:
-    if query == "blank":
-        return blank_image()
-    try:
-        with Image.open(Path(query)) as image:
-            return image.convert("RGB")
-    except OSError as exc:
-        raise ParameterError(
-            f"--query '{query}' is neither 'record', 'blank' nor a readable image: {exc}"
-        ) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
@@ -62,7 +63,7 @@ def preview_release(
     return ReleasePreview(num_chunks, plan, tuple(layers))
 
 
-def smallest_num_chunks(target_ratio: float, **settings) -> ReleasePreview:
+def smallest_num_chunks(target_ratio: float, **settings: Any) -> ReleasePreview:
     """The preview at the smallest ``m`` whose every layer reaches ``target_ratio``.
 
     σ is proportional to Δ ∝ 1/m for the accountant's calibration, so ``m`` scales linearly with

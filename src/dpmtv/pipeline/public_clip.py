@@ -17,7 +17,7 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.partition import chunk_prompt
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 
 __all__ = ["DEFAULT_CLIP_QUANTILE", "public_clip_norms"]
 
@@ -31,7 +31,7 @@ def public_clip_norms(
     *,
     shots_per_chunk: int,
     query: str = "record",
-    query_question: str = "What is the answer?",
+    query_question: str = DEFAULT_QUERY_QUESTION,
     quantile: float = DEFAULT_CLIP_QUANTILE,
     batch_size: int = 4,
     reference: Mapping[int, np.ndarray] | None = None,

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 __all__ = [
     "DEFAULT_L2_CLIP_NORM",
@@ -26,7 +27,6 @@ __all__ = [
     "QueryKind",
 ]
 
-DEFAULT_QUERY_QUESTION = "What is the answer?"
 # The CLI defaults of `build`, `eval` and `plan` (one place, so the three agree): s = 8 records per
 # chunk and C = 5 per layer, the scale of the embedded model's public clip norms. C changes the
 # utility, not the guarantee (Δ scales with C and σ with Δ); `--l2-clip-norm auto` picks it from
@@ -120,11 +120,11 @@ class BuildSettings:
     @property
     def relation(self) -> AdjacencyRelation:
         """The resolved neighbouring relation (never None after construction)."""
-        return self.neighbouring_relation
+        return relation_for_unit(self.privacy_unit, self.neighbouring_relation)
 
     @property
     def query_source(self) -> str:
-        """The query as :func:`~dpmtv.pipeline.partition.chunk_prompt` takes it: "record", "blank", a path."""
+        """The query as :func:`~dpmtv.prompts.chunk_prompt` takes it: "record", "blank", a path."""
         return str(self.query_image) if self.query is QueryKind.PUBLIC_IMAGE else self.query.value
 
     @property
@@ -147,7 +147,7 @@ class BuildSettings:
         self._set(center=kind, center_records=records)
 
 
-def relation_for_unit(unit: PrivacyUnit | str, relation) -> AdjacencyRelation:
+def relation_for_unit(unit: PrivacyUnit | str, relation: AdjacencyRelation | str | None) -> AdjacencyRelation:
     """The build's relation: the one given, or the unit's own (replace-one for records,
     add/remove-one for users)."""
     unit = PrivacyUnit(unit)
@@ -156,14 +156,19 @@ def relation_for_unit(unit: PrivacyUnit | str, relation) -> AdjacencyRelation:
     return parse_relation(relation)  # user level with replace-one: refused by _check_counts
 
 
-def _kind_or_path(kinds: type[Enum], value, path, path_kind, name: str):
+E = TypeVar("E", bound=Enum)
+
+
+def _kind_or_path(
+    kinds: type[E], value: E | str | Path, path: Path | None, path_kind: E, name: str
+) -> tuple[E, Path | None]:
     """(kind, path): an enum member or its value; any other string is a path of ``path_kind``."""
     if isinstance(value, kinds):
         kind = value
     elif isinstance(value, (str, Path)) and str(value) in {k.value for k in kinds}:
         kind = kinds(str(value))
     elif isinstance(value, (str, Path)) and path is None:
-        kind, path = path_kind, value
+        kind, path = path_kind, Path(value)
     else:
         raise ParameterError(f"{name} must be one of {[k.value for k in kinds]} or a path, got {value!r}")
     if (kind is path_kind) != (path is not None):

@@ -28,37 +28,45 @@ before the charge rather than turning every chunk into a zero vector after it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+from PIL import Image
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ModelError, NumericalError, ParameterError, RecordError
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
-from dpmtv.pipeline.partition import public_query_image
-from dpmtv.prompt_budget import prompt_length
-from dpmtv.prompts import Example, Prompt, blank_image, zero_shot
+from dpmtv.models.base import ModelAdapter
+from dpmtv.prompt_budget import prompt_length, resolve_max_prompt_tokens
+from dpmtv.prompts import Example, Prompt, blank_image, public_query_image, zero_shot
 from dpmtv.selection._data import first_answer_token
+
+if TYPE_CHECKING:
+    from dpmtv.pipeline.settings import BuildSettings
 
 __all__ = ["check_model_on_public_prompt", "validate_build_inputs", "validate_records_for_build"]
 
 
-def validate_build_inputs(adapter, records: Sequence[Record], heads: HeadSet, settings) -> None:
+def validate_build_inputs(
+    adapter: ModelAdapter, records: Sequence[Record], heads: HeadSet, settings: BuildSettings
+) -> None:
     """The validation pass of a build with ``settings`` (its budget resolved): every record, then
     the model on a data-free prompt over ``heads`` (the released heads, or the selection pool)."""
+    budget = resolve_max_prompt_tokens(adapter, settings.max_prompt_tokens)  # resolved: unchanged
     validate_records_for_build(
         adapter,
         records,
         query=settings.query_source,
         query_question=settings.query_question,
-        max_prompt_tokens=settings.max_prompt_tokens,
+        max_prompt_tokens=budget,
         private_selection=settings.private_selection is not None,
     )
     check_model_on_public_prompt(adapter, heads, query_question=settings.query_question)
 
 
 def validate_records_for_build(
-    adapter,
+    adapter: ModelAdapter,
     records: Sequence[Record],
     *,
     query: str,
@@ -91,7 +99,7 @@ def validate_records_for_build(
             )
 
 
-def check_model_on_public_prompt(adapter, heads: HeadSet, *, query_question: str) -> None:
+def check_model_on_public_prompt(adapter: ModelAdapter, heads: HeadSet, *, query_question: str) -> None:
     """One forward pass on a data-free prompt (blank image, public question) through the release
     extraction; refuse a model whose captured heads are not finite even there.
 
@@ -112,7 +120,9 @@ def check_model_on_public_prompt(adapter, heads: HeadSet, *, query_question: str
         )
 
 
-def _check_answer(adapter, record: Record, images, *, private_selection: bool) -> None:
+def _check_answer(
+    adapter: ModelAdapter, record: Record, images: tuple[Image.Image, ...], *, private_selection: bool
+) -> None:
     if not record.answer.strip():
         raise RecordError(
             f"{record.where}: field 'answer' is blank ({record.answer!r}); every record needs an answer"
@@ -127,7 +137,7 @@ def _check_answer(adapter, record: Record, images, *, private_selection: bool) -
             ) from None
 
 
-def _own_prompt(record: Record, images, public_query: Example | None) -> Prompt:
+def _own_prompt(record: Record, images: tuple[Image.Image, ...], public_query: Example | None) -> Prompt:
     """The record as the build may render it: its chunk's query, or a demonstration before the
     public query."""
     if public_query is None:
@@ -135,7 +145,7 @@ def _own_prompt(record: Record, images, public_query: Example | None) -> Prompt:
     return Prompt((Example(images, record.question, record.answer),), public_query)
 
 
-def _processed_length(adapter, record: Record, prompt: Prompt) -> int:
+def _processed_length(adapter: ModelAdapter, record: Record, prompt: Prompt) -> int:
     """Tokens of ``prompt`` through the real processor; its refusal names the record's images."""
     try:
         return prompt_length(adapter, prompt)
@@ -147,7 +157,7 @@ def _processed_length(adapter, record: Record, prompt: Prompt) -> int:
         ) from None
 
 
-def _public_query(query: str, question: str, max_prompt_tokens: int, adapter) -> Example:
+def _public_query(query: str, question: str, max_prompt_tokens: int, adapter: ModelAdapter) -> Example:
     """The public query of ``--query blank|IMAGE``; refused when it alone exceeds the budget."""
     example = Example((public_query_image(query),), question)
     length = prompt_length(adapter, zero_shot(example))
