@@ -102,6 +102,7 @@ def test_the_terminal_output_does_not_depend_on_n_in_a_real_process(tiny_llava_p
     assert "private head votes" in outputs[0][1] and "extracting chunks" in outputs[0][1]
 
 
+@pytest.mark.filterwarnings("default:delta = :UserWarning")  # the CLI prints it as a warning line
 def test_with_show_private_counts_the_operator_sees_them(tiny_llava_path, tmp_path):
     data, out = write_records(tmp_path / "data", 21), tmp_path / "v.safetensors"
     result = CliRunner().invoke(main, _add_remove_build(tiny_llava_path, data, out, "--show-private-counts"))
