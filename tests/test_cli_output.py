@@ -23,6 +23,7 @@ def test_progress_goes_to_stderr_and_stdout_holds_the_summary(tiny_llava_path, r
     assert "extracting chunks" in result.stderr
 
 
+@pytest.mark.filterwarnings("default:delta = :UserWarning")  # the CLI prints it as a warning line
 def test_a_delta_warning_is_one_warning_line_without_python_source(tiny_llava_path, records_file, tmp_path):
     result = _build(tiny_llava_path, records_file, tmp_path, "--delta", "0.2", "--quiet")
     assert result.exit_code == 0, result.output

@@ -23,6 +23,7 @@ what to do about it. Catch :class:`DpmtvError` to handle anything the library ra
     │   ├── DangerousModeError             seeded noise / non-private build without the switch
     │   └── BudgetExceededError            a ledger would be overspent
     ├── NumericalError                     NaN/inf activations and similar
+    ├── PrivateComputationError            a build failed after its charge (message withheld)
     └── DistributedError                   a distributed build: missing extra, a worker lost too
                                            often, chunk ids returned twice or not at all
 """
@@ -98,6 +99,11 @@ class DangerousModeError(PrivacyError):
 
 class BudgetExceededError(PrivacyError):
     """The privacy-budget ledger would be overspent."""
+
+
+class PrivateComputationError(DpmtvError):
+    """A build failed after its ledger charge, while computing on private records. The original
+    message is withheld (it may quote a record); the charge stands."""
 
 
 class NumericalError(DpmtvError, ArithmeticError):

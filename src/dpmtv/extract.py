@@ -21,6 +21,7 @@ import torch
 from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings
 from dpmtv._prepare import prepared, resolve_prepare_workers
 from dpmtv.errors import ParameterError
+from dpmtv.failed_chunks import chunk_or_none, finite_or_none
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
 from dpmtv.models.base import ModelAdapter
@@ -60,7 +61,9 @@ def extract_each_chunk(
     timings: PipelineTimings | None = None,
 ) -> Iterator[dict[int, np.ndarray] | None]:
     """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
-    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget).
+    public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget) or
+    the failed-chunk rule of :mod:`dpmtv.failed_chunks` applies (rendering, encoding or the pass
+    raised, or gave NaN/inf): the chunk then contributes nothing.
 
     The prompts are rendered (images decoded) and encoded ahead of the forward pass, in
     ``prepare_workers`` processes (None: the device's default; 0: one background thread;
@@ -72,7 +75,10 @@ def extract_each_chunk(
         adapter, prompts, max_prompt_tokens=max_prompt_tokens, workers=prepare_workers, depth=prefetch,
         timings=timings,
     ):  # fmt: skip
-        yield None if inputs is None else selected_heads_of(adapter, to_device(inputs, device), heads)
+        if inputs is None:
+            yield None
+        else:
+            yield finite_or_none(chunk_or_none(selected_heads_of, adapter, to_device(inputs, device), heads))
 
 
 def prepared_inputs(
@@ -104,7 +110,9 @@ class _EncodeOne:
         self._adapter, self._prompts, self._budget = adapter, prompts, max_prompt_tokens
 
     def __call__(self, index: int) -> dict[str, torch.Tensor] | None:
-        return encode_one_within(self._adapter, self._prompts[index], max_prompt_tokens=self._budget)
+        return chunk_or_none(  # the failed-chunk rule: a chunk that cannot be encoded is dropped
+            encode_one_within, self._adapter, self._prompts[index], max_prompt_tokens=self._budget
+        )
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:

@@ -325,4 +325,9 @@ def _prompt_budget(prompt: dict) -> str:
             "move others' values)"
         )
     rule = prompt.get("over_length_rule")
-    return f"{prompt['max_prompt_tokens']} tokens, {rule}; one chunk per forward pass"
+    failed = (
+        "a failing chunk contributes zero"
+        if prompt.get("failed_chunk_rule")
+        else "failed-chunk rule not recorded (older build: a failing chunk aborted it)"
+    )
+    return f"{prompt['max_prompt_tokens']} tokens, {rule}; one chunk per forward pass; {failed}"

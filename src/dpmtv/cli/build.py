@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
+from dpmtv._build_time import build_timestamp
 from dpmtv._output_path import (
     artifact_size_bound,
     check_not_an_input,
@@ -42,6 +43,7 @@ def command(**options) -> None:
     from dpmtv.models.loading import load_model
     from dpmtv.pipeline.settings import relation_for_unit
 
+    started_at = build_timestamp()  # the one time the build stores, taken before any record is read
     _check_options(options)
     charge = _build_charge(options)
     out = options["out"]
@@ -60,7 +62,7 @@ def command(**options) -> None:
     num_heads = len(heads.pairs) if heads is not None else options["select_k"]
     centred, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
     check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centred=centred))
-    result = _build(loaded, records, heads, settings, options, charge)
+    result = _build(loaded, records, heads, settings, options, charge, started_at=started_at)
     for note in result.warnings:
         print_warning(note)
     if options["as_json"]:
@@ -168,8 +170,9 @@ def _heads_and_settings(loaded, options) -> tuple[HeadSet | None, BuildSettings]
     return heads, settings
 
 
-def _build(loaded, records, heads, settings, options, charge: BuildCharge | None):
-    """Run the build (on Ray workers with --ray), charged right before its first noise draw."""
+def _build(loaded, records, heads, settings, options, charge: BuildCharge | None, *, started_at: str):
+    """Run the build (on Ray workers with --ray), charged right before its first noise draw;
+    ``started_at`` is the one time it stores (ledger rows, artifact)."""
     from dpmtv._version import __version__
     from dpmtv.pipeline.build import build_task_vector
 
@@ -177,12 +180,21 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
     before_noise = None
     if charge is not None:
         model = loaded.name_or_path
-        before_noise = charge.callback(settings, model=model, library_version=__version__, artifact=out)
+        before_noise = charge.callback(
+            settings, model=model, library_version=__version__, artifact=out, started_at=started_at
+        )
     ray = options["ray_address"], options["workers"], options["gpus_per_worker"], loaded
     with ray_executor(*ray, dtype=options["dtype"], device=options["device"]) as executor:
         try:
             result = build_task_vector(
-                loaded, records, heads, settings, out=out, before_noise=before_noise, executor=executor
+                loaded,
+                records,
+                heads,
+                settings,
+                out=out,
+                before_noise=before_noise,
+                executor=executor,
+                started_at=started_at,
             )
         except BaseException as exc:
             _explain_failure(charge, exc)

@@ -221,9 +221,11 @@ class Ledger:
         privacy_unit: str,
         parameters: Mapping[str, Any],
         artifact: str | Path | None,
+        charged_at: str | None = None,
     ) -> ChargeReceipt:
         """Charge ``event`` (a DpEvent, or :class:`DisjointReleases` for a parallel build) to
-        dataset ``name`` atomically, or refuse it.
+        dataset ``name`` atomically, or refuse it. ``charged_at``: the time stored (default now; a
+        build passes its start time, since a time taken after private computation times it).
 
         In one ``BEGIN IMMEDIATE`` transaction: check the build's relation and unit are the
         dataset's, read the previous charges, compose them with ``event`` (PLD accountant, at
@@ -246,7 +248,9 @@ class Ledger:
             _check_same_relation(name, row, relation, unit)
             previous = [c.event for c in self._charges(conn, name)]
             after = _check_fits(name, row, previous, event)
-            receipt = ChargeReceipt(uuid.uuid4().hex, name, after, row.epsilon, row.delta, _now())
+            receipt = ChargeReceipt(
+                uuid.uuid4().hex, name, after, row.epsilon, row.delta, charged_at or _now()
+            )
             conn.execute(
                 "INSERT INTO charges (charge_id, dataset, event_json, parameters_json, artifact, "
                 "charged_at, epsilon_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -281,7 +285,13 @@ class Ledger:
         return _check_fits(name, row, previous, event)
 
     def void_dataset(
-        self, name: str, *, reason: str, parameters: Mapping[str, Any], artifact: str | Path | None
+        self,
+        name: str,
+        *,
+        reason: str,
+        parameters: Mapping[str, Any],
+        artifact: str | Path | None,
+        voided_at: str | None = None,
     ) -> Void:
         """Record a build without a privacy guarantee against ``name``: from now on the dataset's
         guarantee is VOID (:attr:`DatasetStatus.void`), for good. Charges nothing."""
@@ -291,7 +301,16 @@ class Ledger:
             raise ParameterError(f"a void needs a reason, got {reason!r}")
         with self._transaction(immediate=True) as conn:
             self._intact_row(conn, name)
-            void = Void(uuid.uuid4().hex, name, reason, parameters, _absolute(artifact), _now(), None, None)
+            void = Void(
+                uuid.uuid4().hex,
+                name,
+                reason,
+                parameters,
+                _absolute(artifact),
+                voided_at or _now(),
+                None,
+                None,
+            )
             conn.execute(
                 "INSERT INTO voids (void_id, dataset, reason, parameters_json, artifact, voided_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -306,9 +325,11 @@ class Ledger:
         *,
         artifact: str | Path | None = None,
         tensors_sha256: str | None = None,
+        written_at: str | None = None,
     ) -> None:
         """Record that the charged (or voiding) build wrote its artifact: where (absolute) and
-        the artifact's tensor hash. Bookkeeping only: it never changes what was charged."""
+        the artifact's tensor hash (``written_at``: the time stored, default now; a build passes
+        its start time). Bookkeeping only: it never changes what was charged."""
         if isinstance(receipt, ChargeReceipt):
             table, key, entry_id = "charges", "charge_id", receipt.charge_id
         elif isinstance(receipt, Void):
@@ -319,7 +340,7 @@ class Ledger:
             cursor = conn.execute(
                 f"UPDATE {table} SET written_at = ?, artifact = COALESCE(?, artifact), "  # noqa: S608 (fixed names)
                 f"tensors_sha256 = COALESCE(?, tensors_sha256) WHERE {key} = ?",
-                (_now(), _absolute(artifact), tensors_sha256, entry_id),
+                (written_at or _now(), _absolute(artifact), tensors_sha256, entry_id),
             )
             if cursor.rowcount != 1:
                 raise ParameterError(f"no charge with id {entry_id!r} in ledger '{self.path}'")

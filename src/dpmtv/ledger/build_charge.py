@@ -70,9 +70,16 @@ class BuildCharge:
         check_ledger_writable(self.ledger, timeout_s=self.timeout_s, on_wait=on_wait)
 
     def callback(
-        self, settings: Any, *, model: str, library_version: str, artifact: Path | None
+        self,
+        settings: Any,
+        *,
+        model: str,
+        library_version: str,
+        artifact: Path | None,
+        started_at: str | None = None,
     ) -> LedgerCharge:
-        """The build's ``before_noise``: it charges (or voids) once, recording public parameters.
+        """The build's ``before_noise``: it charges (or voids) once, recording public parameters;
+        ``started_at``: the build's one stored time (:class:`~dpmtv.ledger.charge.LedgerCharge`).
         ``settings`` is the build's :class:`~dpmtv.pipeline.settings.BuildSettings`, read and not
         imported: the ledger sits below the pipeline."""
         self.charge = LedgerCharge.for_build(
@@ -83,6 +90,7 @@ class BuildCharge:
             library_version=library_version,
             artifact=artifact,
             void_reason=self.void_reason,
+            started_at=started_at,
         )
         return self.charge
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dpmtv._build_time import build_timestamp
 from dpmtv.errors import BudgetExceededError
 from dpmtv.ledger.book import Ledger
 from dpmtv.ledger.format import check_name, check_relation, check_unit
@@ -28,6 +29,11 @@ class LedgerCharge:
 
     With ``void_reason`` (a build without a guarantee: non-private or seeded noise), the callback
     VOIDS the dataset instead of charging it (:meth:`Ledger.void_dataset`).
+
+    ``started_at`` (default: now, when the charge is made) is the ONE time stored for the build:
+    as the charge time, the write time, and (through the build) the artifact's ``created_at``.
+    Create the charge before reading the records: a time taken during or after the private
+    computation would let its duration, which grows with the private N, be read back.
     """
 
     def __init__(
@@ -40,7 +46,9 @@ class LedgerCharge:
         parameters: Mapping[str, Any],
         artifact: str | Path | None,
         void_reason: str | None = None,
+        started_at: str | None = None,
     ):
+        self.started_at = started_at or build_timestamp()
         self.ledger, self.dataset = ledger, check_name(dataset)
         self.neighbouring_relation = check_relation(neighbouring_relation)
         self.privacy_unit = check_unit(privacy_unit)
@@ -58,6 +66,7 @@ class LedgerCharge:
         library_version: str,
         artifact: str | Path | None,
         void_reason: str | None = None,
+        started_at: str | None = None,
     ) -> LedgerCharge:
         """The charge of one build, recording the build's PUBLIC parameters only (never data):
         its ``settings`` (a :class:`dpmtv.pipeline.settings.BuildSettings`), the model's name and the
@@ -86,6 +95,7 @@ class LedgerCharge:
             parameters=parameters,
             artifact=artifact,
             void_reason=void_reason,
+            started_at=started_at,
         )
 
     def check(self) -> DatasetStatus:
@@ -114,7 +124,11 @@ class LedgerCharge:
             raise BudgetExceededError(f"this build already charged dataset {self.dataset!r} once")
         if self.void_reason is not None:
             self.receipt = self.ledger.void_dataset(
-                self.dataset, reason=self.void_reason, parameters=self.parameters, artifact=self.artifact
+                self.dataset,
+                reason=self.void_reason,
+                parameters=self.parameters,
+                artifact=self.artifact,
+                voided_at=self.started_at,
             )
         else:
             self.receipt = self.ledger.charge(
@@ -124,10 +138,13 @@ class LedgerCharge:
                 privacy_unit=self.privacy_unit,
                 parameters=self.parameters,
                 artifact=self.artifact,
+                charged_at=self.started_at,
             )
         return self.receipt
 
     def mark_written(self, artifact: str | Path | None = None, *, tensors_sha256: str | None = None) -> None:
         """Record that the artifact was written (no-op if nothing was charged)."""
         if self.receipt is not None:
-            self.ledger.mark_written(self.receipt, artifact=artifact, tensors_sha256=tensors_sha256)
+            self.ledger.mark_written(
+                self.receipt, artifact=artifact, tensors_sha256=tensors_sha256, written_at=self.started_at
+            )

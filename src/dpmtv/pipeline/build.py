@@ -12,14 +12,19 @@ Order of a build, and why:
 2. plan the release (σ) and, with private selection, the selection
    (:func:`~dpmtv.pipeline.plan.plan_build`): all numbers fixed before any private value is
    touched; with private selection Δ is the worst case over the ``k`` heads the selection may
-   pick, so it does not depend on the (noisy) choice;
+   pick, so it does not depend on the (noisy) choice; then the one validation pass over every
+   record (:mod:`dpmtv.pipeline.validation`): what one record can fail on by itself refuses the
+   build here, before the charge and any private forward pass;
 3. ``before_noise`` (the ledger charge) runs exactly once, right before the first noise draw:
    before the selection's noisy top-k, or else just before the release noise;
-4. extract, clip and sum the release chunks; noise once; write the artifact atomically.
+4. extract, clip and sum the release chunks (a failing chunk contributes zero,
+   :mod:`dpmtv.failed_chunks`); noise once; write the artifact atomically. From the charge on,
+   an error's message is withheld (:mod:`dpmtv.pipeline.private_phase`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv._build_time import build_timestamp, timestamp_seconds
 from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
 from dpmtv.errors import ParameterError, RecordError
@@ -46,6 +52,7 @@ from dpmtv.pipeline.plan import (
     selection_pool,
     weak_signal_notes,
 )
+from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.settings import (
     BuildSettings,
     Centring,
@@ -53,6 +60,7 @@ from dpmtv.pipeline.settings import (
     QueryKind,
 )
 from dpmtv.pipeline.tasks import sum_clipped_chunks
+from dpmtv.pipeline.validation import validate_build_inputs
 from dpmtv.privacy import (
     ClippedSumAccumulator,
     derive_insecure_seed,
@@ -102,6 +110,7 @@ def build_task_vector(
     out: str | Path | None = None,
     before_noise: BeforeNoise | None = None,
     executor: Executor | None = None,
+    started_at: str | None = None,
 ) -> BuildResult:
     """Build a private task vector from ``records`` and (optionally) write it to ``out``.
 
@@ -112,14 +121,57 @@ def build_task_vector(
     runs right after planning, before any forward pass. ``executor`` computes the selection
     chunks' votes and sums the release chunks' clipped vectors (default: this process;
     :class:`dpmtv.distributed.RayExecutor` on Ray workers); noise is added here, once, either way.
+    ``started_at`` (:mod:`dpmtv._build_time`; default ``before_noise.started_at``, else now) is
+    the one time stored: the artifact's ``created_at`` and file time, the ledger's rows.
+    Records are validated before the charge (:mod:`dpmtv.pipeline.validation`); after it a
+    failing chunk contributes zero (:mod:`dpmtv.failed_chunks`) and errors are withheld
+    (:mod:`dpmtv.pipeline.private_phase`).
     """
+    started_at = started_at or getattr(before_noise, "started_at", None) or build_timestamp()
     notes = _validate(settings, records, heads)
     check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
     settings = _with_prompt_budget(loaded, settings)
     plan = plan_build(loaded, records, heads, settings)
     layout = plan.layout
     charge = _ChargeOnce(before_noise, plan.event)  # a ledger's preview runs here, before any data
+    pool = heads if heads is not None else selection_pool(settings, loaded.adapter.geometry)
+    validate_build_inputs(loaded.adapter, records, pool, settings)  # before the charge and any private pass
+    heads, head_selection, reference, noised = run_private_phase(
+        lambda: _private_release(loaded, records, heads, settings, plan, charge, executor),
+        charged=lambda: charge.done,
+        counts_are_private=not (layout.chunked.counts_are_public or settings.show_private_counts),
+    )
+    workers = (executor or LocalExecutor()).workers
+    vector = _task_vector(
+        loaded,
+        heads,
+        settings,
+        layout,
+        reference,
+        noised,
+        head_selection,
+        workers=workers,
+        created_at=started_at,
+    )
+    path = save_task_vector(vector, out) if out is not None else None
+    if path is not None:  # the file's time is the build's one time too
+        os.utime(path, (timestamp_seconds(started_at),) * 2)
+    num_unused = layout.chunked.partition.num_unused
+    return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
 
+
+def _private_release(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet | None,
+    settings: BuildSettings,
+    plan: BuildPlan,
+    charge: _ChargeOnce,
+    executor: Executor | None,
+) -> tuple[HeadSet, dict[str, Any], dict[int, np.ndarray], NoisedVector]:
+    """The private part of a build, guarded by :func:`run_private_phase`: (private selection,)
+    extraction, sum, noise once. Returns (heads, head_selection, reference, noised release)."""
+    layout = plan.layout
     head_selection = settings.head_selection
     if heads is None:
         charge()
@@ -146,11 +198,7 @@ def build_task_vector(
         allow_non_private=settings.non_private,
         l2_sensitivity=layout.l2_sensitivity,
     )
-    workers = (executor or LocalExecutor()).workers
-    vector = _task_vector(loaded, heads, settings, layout, reference, noised, head_selection, workers=workers)
-    path = save_task_vector(vector, out) if out is not None else None
-    num_unused = layout.chunked.partition.num_unused
-    return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
+    return heads, head_selection, reference, noised
 
 
 def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSettings:
@@ -169,6 +217,7 @@ def _task_vector(
     head_selection: dict[str, Any],
     *,
     workers: int = 1,
+    created_at: str | None = None,
 ) -> TaskVector:
     """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
     head_dim = loaded.adapter.geometry.head_dim
@@ -186,6 +235,7 @@ def _task_vector(
             layout.chunked,
             head_selection,
             workers=workers,
+            created_at=created_at,
         ),
         reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
+from dpmtv._build_time import build_timestamp
 from dpmtv._version import __version__
+from dpmtv.failed_chunks import FAILED_CHUNK_RULE
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.pipeline.settings import BuildSettings, QueryKind
@@ -37,10 +38,13 @@ def artifact_metadata(
     head_selection: dict[str, Any],
     *,
     workers: int = 1,
+    created_at: str | None = None,
 ) -> ArtifactMetadata:
     """``partition``: the release's chunks (a half with parallel selection); ``chunked``: the
     build's whole partition, whose counts are stored only where they are public (replace-one).
-    Every field, and why it is public: ``docs/design.md``, "Artifact metadata"."""
+    Every field, and why it is public: ``docs/design.md``, "Artifact metadata". ``created_at``:
+    the build's one time (:mod:`dpmtv._build_time`, taken before the records were read); default
+    now, for experiments that write nothing."""
     relation = chunked.relation
     replace_one = chunked.counts_are_public
     privacy = PrivacyMetadata(
@@ -69,7 +73,7 @@ def artifact_metadata(
     )
     return ArtifactMetadata(
         library_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=created_at or build_timestamp(),
         model=model_identity(loaded.adapter, loaded.name_or_path),
         heads=heads.to_json(),
         head_selection=head_selection,
@@ -98,4 +102,5 @@ def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
         "max_prompt_tokens": settings.max_prompt_tokens,  # public (resolved by the build)
         "over_length_rule": OVER_LENGTH_RULE,
         "private_forward": "one chunk per forward pass",
+        "failed_chunk_rule": FAILED_CHUNK_RULE,
     }

@@ -106,19 +106,17 @@ def count_notes(chunked: PrivatePartition, settings: BuildSettings, *, stackleve
 
     δ is compared with the number of protected units (records, or users at user level): a
     δ >= 1/#units permits releasing one unit's data outright. Under add-remove-one and user level
-    the counts are private, so a note names them only with ``show_private_counts``.
+    the counts are private, and so is whether δ >= 1/#units holds (it flips between N = 20 and
+    N = 21 at δ = 0.049): the warning is given there only with ``show_private_counts``.
     """
     show = settings.show_private_counts or chunked.counts_are_public
     user = settings.privacy_unit is PrivacyUnit.USER
     units, name = chunked.num_protected_units, "users" if user else "records"
     notes = []
-    if not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
-        count = (
-            f" = {1.0 / units:g} for {units} {name}" if show else f" (--show-private-counts shows #{name})"
-        )
+    if show and not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
         notes.append(
-            f"delta = {settings.delta:g} is >= 1/#{name}{count}; such a delta permits leaking one "
-            f"of the {name} outright; choose delta well below 1/#{name}"
+            f"delta = {settings.delta:g} is >= 1/#{name} = {1.0 / units:g} for {units} {name}; such a "
+            f"delta permits leaking one of the {name} outright; choose delta well below 1/#{name}"
         )
         warnings.warn(notes[-1], stacklevel=stacklevel)
     if user:

@@ -48,7 +48,8 @@ def iter_clipped_chunks(
     """Per non-empty chunk: the selected heads' last-token outputs, centred and clipped per
     layer, ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
     chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
-    rule drops yields zero rows (it contributes nothing). These are private, un-noised per-chunk
+    rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`), yields zero rows (it
+    contributes nothing). These are private, un-noised per-chunk
     values: the build sums them away at once; experiments (audits, sweeps) may hold them in
     memory, never write them."""
     prompts = ChunkPrompts(
@@ -64,7 +65,7 @@ def iter_clipped_chunks(
     )
     with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
         for activations in extract:
-            if activations is None:  # dropped by the public rule: no contribution
+            if activations is None:  # dropped by a public rule (budget, failed chunk): no contribution
                 yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
             else:
                 centred = {layer: values - reference[layer] for layer, values in activations.items()}

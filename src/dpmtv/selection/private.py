@@ -42,6 +42,7 @@ from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.extract import prepared_inputs, selected_heads_of, to_device
+from dpmtv.failed_chunks import chunk_or_none, finite_or_none
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
@@ -129,7 +130,8 @@ def chunk_head_scores(
     Each chunk gets its own forward and backward passes (never batched with other chunks), so its
     scores are a function of its own records; ``max_prompt_tokens`` (None: the model's position
     limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. The chunk prompts are
-    rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`).
+    rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`). A chunk
+    whose computation raises or gives NaN/inf scores casts no vote (:mod:`dpmtv.failed_chunks`).
     """
     budget = resolve_max_prompt_tokens(loaded.adapter, max_prompt_tokens)
     prompts = _VotePrompts([chunk for chunk in chunks if len(chunk) >= 2])  # fewer: no demonstration
@@ -137,7 +139,10 @@ def chunk_head_scores(
     try:
         with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
             for chunk in chunks:
-                yield _chunk_scores(loaded, chunk, next(encoded)) if len(chunk) >= 2 else None
+                if len(chunk) < 2:  # no demonstration: no vote
+                    yield None
+                else:
+                    yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, next(encoded)))
                 advance(1)
     finally:
         encoded.close()
