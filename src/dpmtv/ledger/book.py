@@ -301,16 +301,8 @@ class Ledger:
             raise ParameterError(f"a void needs a reason, got {reason!r}")
         with self._transaction(immediate=True) as conn:
             self._intact_row(conn, name)
-            void = Void(
-                uuid.uuid4().hex,
-                name,
-                reason,
-                parameters,
-                _absolute(artifact),
-                voided_at or _now(),
-                None,
-                None,
-            )
+            at = voided_at or _now()
+            void = Void(uuid.uuid4().hex, name, reason, parameters, _absolute(artifact), at, None, None)
             conn.execute(
                 "INSERT INTO voids (void_id, dataset, reason, parameters_json, artifact, voided_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
