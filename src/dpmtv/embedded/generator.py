@@ -327,12 +327,12 @@ class EpisodeBatch:
 
 #: Default training mix: probability of each group per episode.
 TRAINING_MIX: dict[str, float] = {
-    "naming": 0.10,
-    "single": 0.15,
-    "composition": 0.20,
-    "xor": 0.10,
+    "naming": 0.08,
+    "single": 0.12,
+    "composition": 0.18,
+    "xor": 0.12,
     "triple": 0.20,
-    "label_map": 0.25,
+    "label_map": 0.30,
 }
 _GROUP_KINDS = {
     "naming": ("naming",),
