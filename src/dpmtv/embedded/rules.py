@@ -8,11 +8,11 @@ Grammar of :func:`parse` (lowest precedence first, all operators left-associativ
     xor    := conj ("xor" conj)*
     conj   := unary ("and" unary)*
     unary  := "not" unary | atom
-    atom   := "(" rule ")" | VALUE | ATTRIBUTE "=" VALUE
+    atom   := "(" rule ")" | VALUE | ATTRIBUTE "=" VALUE | "at least" K "of" "(" rule ("," rule)* ")"
 
 ``VALUE`` is any attribute value (``red``, ``circle``, ``big``, ``left``, ...), ``colour=red`` names
-the attribute explicitly. ``Literal``, ``Not``, ``And``, ``Or``, ``Xor`` and ``AtLeast`` (k of n,
-built in code only) are frozen dataclasses; :func:`truth` evaluates any of them.
+the attribute explicitly; ``at least 2 of (red, circle, big)`` is k-of-n. ``Literal``, ``Not``,
+``And``, ``Or``, ``Xor`` and ``AtLeast`` are frozen dataclasses; :func:`truth` evaluates them.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def truth(rule: Rule) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # parsing
 # --------------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(\(|\)|=|[A-Za-z_]+)")
+_TOKEN = re.compile(r"\s*(\(|\)|=|,|[0-9]+|[A-Za-z_]+)")
 
 
 def _tokens(text: str) -> list[str]:
@@ -165,10 +165,13 @@ class _Parser:
 
     def atom(self) -> Rule:
         token = self.take()
+        if token == "at":
+            return self.at_least()
         if token == "(":
             inner = self.rule()
-            if self.take() != ")":
+            if self.peek() != ")":
                 raise self.error("a '(' is not closed")
+            self.take()
             return inner
         if self.peek() == "=":
             self.take()
@@ -179,6 +182,19 @@ class _Parser:
         if token not in _VALUE_ATTRIBUTE:
             raise self.error(f"unknown word {token!r}")
         return Literal(_VALUE_ATTRIBUTE[token], token)
+
+    def at_least(self) -> AtLeast:
+        """``at least K of (rule, rule, ...)`` after the word ``at``."""
+        words = [self.take(), self.take(), self.take(), self.take()]
+        if words[0] != "least" or not words[1].isdigit() or words[2:] != ["of", "("]:
+            raise self.error("write k-of-n as 'at least K of (a, b, c)'")
+        operands = [self.rule()]
+        while self.peek() == ",":
+            self.take()
+            operands.append(self.rule())
+        if self.take() != ")":
+            raise self.error("a '(' is not closed")
+        return AtLeast(int(words[1]), tuple(operands))
 
 
 def parse(text: str) -> Rule:
