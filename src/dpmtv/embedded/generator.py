@@ -156,7 +156,7 @@ class Task:
         return self.table == ANSWER_INDEX[YES]
 
 
-PREDICATE_KINDS = ("predicate", "negation", *dict.fromkeys(KIND_OF_SHAPE.values()))
+PREDICATE_KINDS = ("predicate", "negation", *dict.fromkeys(KIND_OF_SHAPE.values()), "rule")
 
 
 def _yes_no(truth: np.ndarray) -> np.ndarray:
@@ -221,6 +221,16 @@ def _all_tasks() -> tuple[Task, ...]:
     if unknown:  # pragma: no cover - a typo in HELD_OUT_TASKS
         raise AssertionError(f"unknown held-out tasks {sorted(unknown)}")
     return (*(_naming(name) for name in ATTRIBUTES), *predicates.values())
+
+
+def rule_task(text: str) -> Task:
+    """A predicate task for a typed rule (:func:`dpmtv.embedded.rules.parse`), named by its text;
+    held out unless the public hold-out rule says training drew its table or complement."""
+    truth = R.truth(R.parse(text))
+    if truth.all() or not truth.any():
+        answer = YES if truth.all() else NO
+        raise ParameterError(f"rule {text!r} answers '{answer}' for every image: nothing to learn")
+    return Task(name=text.strip(), kind="rule", held_out=not trained(truth), table=_yes_no(truth))
 
 
 def all_tasks() -> list[Task]:
