@@ -101,8 +101,8 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
     (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     groups = {g: list(dict.fromkeys(r["task"] for r in rows if r["group"] == g)) for g in GROUP_TITLES}
     meta = {
-        "held_out_tasks": [t for g in ("held_out", "label_maps", "rules") for t in groups[g]],
-        "seen_tasks": groups["seen"],
+        "held_out_tasks": list(dict.fromkeys(r["task"] for r in rows if r["held_out"])),
+        "seen_tasks": list(dict.fromkeys(r["task"] for r in rows if not r["held_out"])),
         "groups": {g: names for g, names in groups.items() if names},
         "config": asdict(config),
         "releases": {
@@ -163,7 +163,7 @@ def _markdown(summary, shots, config, meta) -> str:
     lines = [
         "# dpmtv demo: the embedded model",
         "",
-        f"{sum(counts.values())} tasks ({counts.get('seen', 0)} seen in training, {held} held out: "
+        f"{sum(counts.values())} tasks ({len(meta['seen_tasks'])} seen in training, {held} held out: "
         f"never trained, learned from the demonstrations alone) × {len(config.seeds)} seeds; "
         f"N = {config.records_per_task} private records per task, {config.shots_per_chunk} per chunk "
         f"(m = {m}); {config.test_queries} test images per task; δ = {config.delta:g}. Accuracy = mean "
@@ -284,7 +284,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
     from dpmtv.plot_style import method_label, method_style
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    colours = {"seen": "tab:blue", "held_out": "tab:red"}
+    colours = {"seen": "tab:blue", "held_out": "tab:red", "label_maps": "tab:green", "rules": "tab:purple"}
     for group, rows in shots.items():
         rows = sorted(rows, key=_icl_shots)
         ks = [_icl_shots(r) for r in rows]
