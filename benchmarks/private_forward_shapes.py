@@ -32,14 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpmtv.chunks import chunk_prompt
 from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.suite import task_records
 from dpmtv.extract import extract_each_chunk, extract_selected_heads, selected_heads_of
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
 from dpmtv.prompt_budget import model_position_limit
-from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 
 SHOTS, NUM_RECORDS = 8, 512
 

@@ -55,9 +55,9 @@ def builder(name):
 def build_smolvlm_256m(out_dir: Path, *, image_px: int = 512, seed: int = 0) -> Path:
     from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration, SmolVLMImageProcessorPil
 
-    from dpmtv.models.tiny import smolvlm
-    from dpmtv.models.tiny._tokenizer import char_tokenizer
-    from dpmtv.models.tiny.idefics3 import IMAGE_TOKENS, ROW_COL_TOKENS
+    from dpmtv.testing import smolvlm
+    from dpmtv.testing._tokenizer import char_tokenizer
+    from dpmtv.testing.idefics3 import IMAGE_TOKENS, ROW_COL_TOKENS
 
     scale_factor, patch = 4, SMOLVLM_256M_VISION["patch_size"]
     tokenizer = char_tokenizer(
@@ -102,7 +102,7 @@ def build_qwen2_vl_2b(out_dir: Path, *, image_px: int = 224, seed: int = 0) -> P
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
 
     from dpmtv.models.families.qwen2_vl import ImageOnlyQwen2VLProcessor
-    from dpmtv.models.tiny import qwen2_vl
+    from dpmtv.testing import qwen2_vl
 
     tokenizer = qwen2_vl.qwen_tokenizer()
     text = dict(QWEN2_VL_2B_TEXT, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)

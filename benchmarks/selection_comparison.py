@@ -51,8 +51,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
-from dpmtv.chunks import ChunkPrompts, chunk_prompt, chunk_records
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import (
@@ -66,6 +64,8 @@ from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
+from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+from dpmtv.pipeline.partition import ChunkPrompts, chunk_records
 from dpmtv.privacy import (
     AdjacencyRelation,
     l2_sensitivity,
@@ -75,6 +75,7 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
+from dpmtv.prompts import chunk_prompt
 from dpmtv.selection import chunk_votes, select_public
 
 DELTA = 1e-5

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from dpmtv.audit.sensitivity import audit_sensitivity
-from dpmtv.build import BuildSettings
 from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.suite import task_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
+from dpmtv.pipeline.build import BuildSettings
 
 
 def main() -> None:

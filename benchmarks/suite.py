@@ -79,7 +79,7 @@ def write_photo_records(folder: Path, count: int, *, px: int = 384, seed: int = 
 
 
 def _settings(shots: int, **extra):
-    from dpmtv.build import BuildSettings
+    from dpmtv.pipeline.build import BuildSettings
 
     return BuildSettings(
         epsilon=1.0, delta=1e-6, l2_clip_norm=(1.0,), shots_per_chunk=shots, progress=False, **extra
@@ -89,11 +89,11 @@ def _settings(shots: int, **extra):
 # ---------------------------------------------------------------- pipeline
 def pipeline(tmp: Path, options) -> dict:
     from dpmtv._prefetch import PipelineTimings
-    from dpmtv.chunks import ChunkPrompts
     from dpmtv.data import load_records
     from dpmtv.extract import extract_each_chunk
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
+    from dpmtv.pipeline.partition import ChunkPrompts
     from dpmtv.privacy import Partition
     from dpmtv.prompt_budget import resolve_max_prompt_tokens
 
@@ -136,12 +136,15 @@ def workers(tmp: Path, options) -> dict:
 
     import ray
 
-    from dpmtv.build import plan_layout, reference_activations
     from dpmtv.data import load_records
     from dpmtv.data.synthetic import write_colour_records
-    from dpmtv.distributed import ChunkJob, ClippedSum, LocalExecutor, ModelSource, RayExecutor
+    from dpmtv.distributed import RayExecutor
+    from dpmtv.executor import LocalExecutor, ModelSource
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
+    from dpmtv.pipeline.build import reference_activations
+    from dpmtv.pipeline.plan import plan_layout
+    from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
     from dpmtv.selection import chunk_votes
 
     shots, chunks = 8, options.worker_chunks
@@ -217,7 +220,7 @@ def workers(tmp: Path, options) -> dict:
 MEMORY_CODE = """
 import resource, sys, pathlib
 sys.path.insert(0, {bench!r})
-from dpmtv.build import BuildSettings, build_task_vector
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.data.records import load_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
@@ -232,7 +235,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 def memory(tmp: Path, options) -> dict:
     from dpmtv.data.synthetic import write_colour_records
-    from dpmtv.models.tiny import build_tiny_checkpoint
+    from dpmtv.testing import build_tiny_checkpoint
 
     model = build_tiny_checkpoint("llava", tmp / "mem-model")
     out = {"model": "tiny llava", "num_chunks": 16, "shots": 8, "relation": "add-remove-one"}
@@ -299,12 +302,12 @@ def first_token_latency(
 
 
 def latency(tmp: Path, options) -> dict:
-    from dpmtv.build import build_task_vector
     from dpmtv.data import load_records
     from dpmtv.data.synthetic import write_colour_records
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
-    from dpmtv.models.tiny import build_tiny_checkpoint
+    from dpmtv.pipeline.build import build_task_vector
+    from dpmtv.testing import build_tiny_checkpoint
 
     loaded = load_model(build_tiny_checkpoint("llava", tmp / "lat-model"), device=options.device)
     records = load_records(write_colour_records(tmp / "lat", 128, seed=0))
@@ -338,10 +341,10 @@ def sigma(tmp: Path, options) -> dict:
 def realsize(tmp: Path, options) -> dict:
     from realsize_models import BUILDERS
 
-    from dpmtv.build import BuildSettings, build_task_vector
     from dpmtv.data import load_records
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
+    from dpmtv.pipeline.build import BuildSettings, build_task_vector
 
     out = {}
     for name in options.realsize.split(","):

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from rich.progress import track
 
-from dpmtv.chunks import chunk_prompt
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.suite import (
@@ -42,6 +41,7 @@ from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import blend_heads_per_row, layer_patches
 from dpmtv.models.loading import load_model
+from dpmtv.prompts import chunk_prompt
 
 SHOTS, PUBLIC_CHUNKS, DEV_QUERIES, VAL_QUERIES = 8, 32, 24, 48
 DEMO_CHUNKS = 2048 // SHOTS

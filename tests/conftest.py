@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from dpmtv.models.loading import load_model
-from dpmtv.models.tiny import build_tiny_checkpoint
+from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")

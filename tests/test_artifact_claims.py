@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.errors import ArtifactIntegrityError
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.vector import load_task_vector, tensors_sha256
 from tests.test_vector import _header_and_body, _write
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dpmtv.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 from tests.conftest import write_records
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.errors import (
     DangerousModeError,
@@ -16,6 +15,7 @@ from dpmtv.errors import (
 )
 from dpmtv.heads import parse_head_spec
 from dpmtv.inference import answer_queries, apply
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.privacy import epsilon_of, event_from_json
 from dpmtv.prompts import Example, zero_shot
 from dpmtv.vector import load_task_vector
@@ -232,7 +232,7 @@ def test_a_refused_charge_draws_no_noise_and_writes_nothing(tiny_llava, records_
 def test_private_selection_composes_into_the_budget(tiny_llava, records_file, tmp_path, composition):
     import dp_accounting
 
-    from dpmtv.build import PrivateSelectionSettings
+    from dpmtv.pipeline.build import PrivateSelectionSettings
     from dpmtv.privacy import VALUE_DISCRETIZATION_INTERVAL, epsilon_of
 
     events = []
@@ -276,9 +276,9 @@ def test_private_selection_composes_into_the_budget(tiny_llava, records_file, tm
 def test_private_selection_charges_before_the_selection_noise(
     tiny_llava, records_file, tmp_path, monkeypatch
 ):
-    import dpmtv.build as build_module
-    from dpmtv.build import PrivateSelectionSettings
+    import dpmtv.pipeline.build as build_module
     from dpmtv.errors import BudgetExceededError
+    from dpmtv.pipeline.build import PrivateSelectionSettings
 
     def no_selection(*args, **kwargs):
         raise AssertionError("selection noise drawn before the charge")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import dpmtv.extract
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.privacy import fresh_partition_key, partition_add_remove_one
 from dpmtv.privacy.user_level import partition_by_user
 from tests.conftest import write_records
@@ -83,7 +83,7 @@ def test_private_selection_with_a_huge_num_chunks_visits_only_the_nonempty_chunk
     """Private head selection lists the selection chunks' votes: the non-empty ones only, while
     the metadata keeps the public number of voting chunks (m, or its half under parallel
     composition), never the data-dependent count of non-empty ones."""
-    from dpmtv.settings import PrivateSelectionSettings
+    from dpmtv.pipeline.settings import PrivateSelectionSettings
 
     records = load_records(write_records(tmp_path / "data", 8))
     settings = BuildSettings(
@@ -112,7 +112,7 @@ def test_private_selection_with_a_huge_num_chunks_visits_only_the_nonempty_chunk
 @pytest.mark.parametrize("num_chunks", [2, 7, 8])
 def test_parallel_halves_of_stored_chunks_are_the_index_halves(num_chunks):
     """The sparse split puts every chunk where the index split of ``parallel_halves`` does."""
-    from dpmtv.chunks import parallel_composition_halves
+    from dpmtv.pipeline.partition import parallel_composition_halves
     from dpmtv.privacy import Partition
     from dpmtv.privacy.noisy_top_k import parallel_halves
 

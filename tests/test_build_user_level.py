@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 
 HEAVY_USER = "heavy"
 

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dpmtv.build import BuildSettings, iter_clipped_chunks
-from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.eval.dp_icl import run_vote_forward
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
+from dpmtv.pipeline.build import BuildSettings
+from dpmtv.pipeline.tasks import iter_clipped_chunks
 from dpmtv.privacy import Partition, parse_l2_clip_norms
 from dpmtv.prompt_budget import prompt_length
-from dpmtv.prompts import Prompt, zero_shot
+from dpmtv.prompts import Prompt, chunk_prompt, zero_shot
 from dpmtv.selection.private import chunk_head_scores
 from tests.conftest import TEST_DEVICE
 

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dpmtv.chunks import chunk_prompt
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
-from dpmtv.prompts import Example, Prompt, blank_image
+from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 from tests.conftest import write_records
 
 

@@ -252,7 +252,7 @@ def test_budget_show_prints_whole_timestamps_and_every_epsilon_alike(runner, tmp
 
     import dp_accounting
 
-    from dpmtv.privacy.ledger import Ledger
+    from dpmtv.ledger.book import Ledger
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.init_dataset("clinic", epsilon=2.0, delta=DELTA)

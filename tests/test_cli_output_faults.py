@@ -15,8 +15,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-import dpmtv.build
 import dpmtv.models.loading
+import dpmtv.pipeline.build
 from dpmtv.cli import main
 from tests.test_cli_ledger import _build, _init, _show, forward_calls  # noqa: F401 (fixture)
 
@@ -134,7 +134,7 @@ def test_a_write_that_fails_after_the_charge_says_that_epsilon_was_charged(
     def failing_save(vector, path):
         raise failure
 
-    monkeypatch.setattr(dpmtv.build, "save_task_vector", failing_save)
+    monkeypatch.setattr(dpmtv.pipeline.build, "save_task_vector", failing_save)
     args = _build(tiny_llava_path, records_file, out, "--heads", "layers:0", "--dataset", "clinic")
     result = runner.invoke(main, [*args, "--ledger", str(ledger)])
     assert result.exit_code != 0 and not out.exists()
@@ -220,7 +220,7 @@ def test_a_failed_write_without_a_ledger_is_one_error_line(
     def failing_save(vector, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dpmtv.build, "save_task_vector", failing_save)
+    monkeypatch.setattr(dpmtv.pipeline.build, "save_task_vector", failing_save)
     result = runner.invoke(
         main, _build(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--heads", "layers:0")
     )

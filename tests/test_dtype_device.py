@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.data import load_records
-from dpmtv.distributed import LocalExecutor
-from dpmtv.distributed.executor import ChunkJob, ClippedSum
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model, resolve_device
+from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
 from dpmtv.privacy.release import release_without_noise
 from tests.conftest import write_records
 
@@ -67,8 +68,8 @@ def test_device_map_dispatch_extracts_and_patches_like_a_plain_load(tiny_llava_p
     pytest.importorskip("accelerate")
     from accelerate import dispatch_model
 
-    from dpmtv.build import build_task_vector
     from dpmtv.inference import apply
+    from dpmtv.pipeline.build import build_task_vector
 
     records = load_records(write_records(tmp_path, 12))
     plain, mapped = load_model(tiny_llava_path), load_model(tiny_llava_path, device="map:auto")

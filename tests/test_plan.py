@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from dpmtv.cli import main
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.base import HeadGeometry
-from dpmtv.planning import preview_release, smallest_num_chunks
+from dpmtv.pipeline.preview import preview_release, smallest_num_chunks
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 
 GEOMETRY = HeadGeometry(num_layers=4, num_heads=4, head_dim=16)
@@ -75,8 +75,8 @@ def test_weak_signal_is_warned_with_the_numbers():
 def test_a_build_warns_when_the_noise_swamps_the_signal(tiny_llava, records_file, epsilon, warned):
     """24 records in chunks of 4 (m = 6) with C = 1.5: at ε = 1 the expected noise norm per layer
     is several times C; at ε = 20 it is below C."""
-    from dpmtv.build import BuildSettings, build_task_vector
     from dpmtv.data import load_records
+    from dpmtv.pipeline.build import BuildSettings, build_task_vector
 
     settings = BuildSettings(
         epsilon=epsilon, delta=1e-5, l2_clip_norm=(1.5,), shots_per_chunk=4, progress=False

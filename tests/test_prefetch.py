@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dpmtv._prefetch import PipelineTimings, prefetched
-from dpmtv.chunks import ChunkPrompts
 from dpmtv.data import load_records
 from dpmtv.extract import extract_each_chunk
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.partition import ChunkPrompts
 from dpmtv.privacy import Partition
 from tests.conftest import write_records
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmtv.build import BuildSettings, Centring, QueryKind
 from dpmtv.errors import ParameterError
+from dpmtv.pipeline.build import BuildSettings, Centring, QueryKind
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit, partition_private_records
 
 BASE = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=4)

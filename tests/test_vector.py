@@ -5,13 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import parse_head_spec
 from dpmtv.inference import apply
 from dpmtv.models.loading import load_model
-from dpmtv.models.tiny import build_tiny_checkpoint
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
+from dpmtv.testing import build_tiny_checkpoint
 from dpmtv.vector import load_task_vector, save_task_vector
 
 

@@ -13,9 +13,9 @@ from dpmtv._version import __version__
 _EXPORTS = {
     "apply": "dpmtv.inference",
     "answer_queries": "dpmtv.inference",
-    "BuildSettings": "dpmtv.build",
-    "BuildResult": "dpmtv.build",
-    "build_task_vector": "dpmtv.build",
+    "BuildSettings": "dpmtv.pipeline.build",
+    "BuildResult": "dpmtv.pipeline.build",
+    "build_task_vector": "dpmtv.pipeline.build",
     "Record": "dpmtv.data.records",
     "load_records": "dpmtv.data.records",
     "HeadSet": "dpmtv.heads",

@@ -12,7 +12,6 @@ size is a function of public settings only (:func:`artifact_size_bound`).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -22,13 +21,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dpmtv.errors import ParameterError
+from dpmtv.vector import is_dpmtv_artifact
 
 # ``tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp")`` in ``save_task_vector``: eight random
 # characters from ``[a-z0-9_]``.
 TEMPORARY_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 # Older than this, no running write can still own a temporary (writing an artifact takes seconds).
 STALE_TEMPORARY_AGE_S = 600.0
-_HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
 
 
 def check_output_path(out: Path, *, force: bool, protected: Mapping[str, Path]) -> None:
@@ -63,21 +62,6 @@ def check_not_an_input(out: Path, paths: Iterable[Path], what: str) -> None:
     """Refuse an ``--out`` that is one of ``paths`` (e.g. the records' images)."""
     for path in paths:
         _refuse_if_same(out, path, what)
-
-
-def is_dpmtv_artifact(path: Path) -> bool:
-    """Whether ``path`` is a safetensors file with dpmtv's metadata (header only, no tensors)."""
-    from dpmtv.vector import METADATA_KEY
-
-    try:
-        with open(path, "rb") as handle:
-            header_size = int.from_bytes(handle.read(8), "little")
-            if not 0 < header_size <= _HEADER_LIMIT_BYTES:
-                return False
-            header = json.loads(handle.read(header_size))
-        return isinstance(header, dict) and METADATA_KEY in (header.get("__metadata__") or {})
-    except (OSError, ValueError):
-        return False
 
 
 def prepare_output_folder(out: Path) -> None:
@@ -167,14 +151,6 @@ def remove_stale_temporaries(folder: Path, *, older_than_s: float = STALE_TEMPOR
             except FileNotFoundError:  # another process cleaned it first
                 continue
     return removed
-
-
-def default_file_mode() -> int:
-    """``0o666`` less the process umask: the mode ``open()`` would give a new file (``mkstemp``
-    gives 0600, which would hide an artifact from the group that reads it)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _refuse_if_same(out: Path, path: Path, what: str) -> None:

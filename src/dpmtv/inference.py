@@ -62,14 +62,28 @@ def answer_queries(
 
 
 def _generate(adapter: ModelAdapter, prompts, max_new_tokens: int) -> list[str]:
+    return [text.strip() for text in generate_texts(adapter, prompts, max_new_tokens=max_new_tokens)]
+
+
+def greedy_new_tokens(
+    model, inputs, *, pad_token_id: int | None, max_new_tokens: int, stopping_criteria=None
+) -> torch.Tensor:
+    """Greedy decoding of encoded, left-padded prompts (every row's prompt ends at the same
+    column): the new tokens ``(B, new)``. The one generation call of answering, evaluation and
+    serving; ``stopping_criteria`` (serving's per-row limits and streaming) is passed through."""
+    extra = {} if stopping_criteria is None else {"stopping_criteria": stopping_criteria}
+    with torch.no_grad():
+        output = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, **extra
+        )
+    return output[:, inputs["input_ids"].shape[1] :]
+
+
+def generate_texts(adapter: ModelAdapter, prompts, *, max_new_tokens: int) -> list[str]:
+    """Greedy answers to ``prompts`` in one batch, decoded without special tokens (uncleaned)."""
     inputs = adapter.encode(prompts)
     tokenizer = adapter.tokenizer
-    with torch.no_grad():
-        output = adapter.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    new_tokens = output[:, inputs["input_ids"].shape[1] :]
-    return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+    new_tokens = greedy_new_tokens(
+        adapter.model, inputs, pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens
+    )
+    return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)

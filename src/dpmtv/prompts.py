@@ -8,9 +8,17 @@ turns ending with the query's user turn and the generation prompt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from PIL import Image
+
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError
+
+# The public question of a data-free query (a blank or public image) when none is given.
+DEFAULT_QUERY_QUESTION = "What is the answer?"
 
 
 @dataclass(frozen=True)
@@ -56,3 +64,26 @@ def zero_shot(query: Example) -> Prompt:
 def blank_image(size: tuple[int, int] = (32, 32)) -> Image.Image:
     """A data-free grey image, used for data-free queries and references."""
     return Image.new("RGB", size, (127, 127, 127))
+
+
+def chunk_prompt(chunk: Sequence[Record], *, query: str, query_question: str) -> Prompt:
+    """One chunk's prompt: its records as demonstrations, then the query (docs/design.md §2)."""
+    if query == "record":
+        *demos, last = chunk
+        query_example = Example(last.load_images(), last.question)
+    else:
+        demos = list(chunk)
+        query_example = Example((public_query_image(query),), query_question)
+    return Prompt(tuple(Example(r.load_images(), r.question, r.answer) for r in demos), query_example)
+
+
+def public_query_image(query: str) -> Image.Image:
+    if query == "blank":
+        return blank_image()
+    try:
+        with Image.open(Path(query)) as image:
+            return image.convert("RGB")
+    except OSError as exc:
+        raise ParameterError(
+            f"--query '{query}' is neither 'record', 'blank' nor a readable image: {exc}"
+        ) from None

@@ -31,7 +31,6 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpmtv._artifact_claim import check_privacy_claim
-from dpmtv._output_path import default_file_mode
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
@@ -40,6 +39,7 @@ if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
     from dpmtv.hooks import LayerPatch
 
 FORMAT_VERSION = 2
+_HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
 METADATA_KEY = "dpmtv"
 METADATA_HASH_KEY = "dpmtv_sha256"  # SHA-256 of the METADATA_KEY text (which holds the tensor hash)
 
@@ -100,13 +100,13 @@ class TaskVector:
 
     def patches(self) -> dict[int, LayerPatch]:
         """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
-        from dpmtv.hooks import LayerPatch  # torch on first use
+        from dpmtv.hooks import layer_patches  # torch on first use
 
-        patches: dict[int, LayerPatch] = {}
-        for layer in self.heads.layers:
-            rows = [i for i, (pair_layer, _) in enumerate(self.heads.pairs) if pair_layer == layer]
-            patches[layer] = LayerPatch.from_rows(self.heads.heads_in(layer), self.values[rows])
-        return patches
+        layers = [layer for layer, _ in self.heads.pairs]
+        rows = {
+            layer: self.values[[i for i, x in enumerate(layers) if x == layer]] for layer in self.heads.layers
+        }
+        return layer_patches(rows, self.heads)
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Refuse a model whose identity differs from the one the vector was built for."""
@@ -163,6 +163,27 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def is_dpmtv_artifact(path: Path) -> bool:
+    """Whether ``path`` is a safetensors file with dpmtv's metadata (header only, no tensors)."""
+    try:
+        with open(path, "rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            if not 0 < header_size <= _HEADER_LIMIT_BYTES:
+                return False
+            header = json.loads(handle.read(header_size))
+        return isinstance(header, dict) and METADATA_KEY in (header.get("__metadata__") or {})
+    except (OSError, ValueError):
+        return False
+
+
+def default_file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` would give a new file (``mkstemp``
+    gives 0600, which would hide an artifact from the group that reads it)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def load_task_vector(path: str | Path) -> TaskVector:

@@ -27,12 +27,12 @@ from dpmtv.audit.membership import (
     tpr_at_fpr,
 )
 from dpmtv.audit.membership.scoring import _teacher_forced
-from dpmtv.build import BuildSettings
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.prompts import Example, Prompt, zero_shot
 from tests.conftest import write_records
 
@@ -177,8 +177,8 @@ def test_cached_scoring_matches_a_full_forward_and_batching(tiny_llava, tiny_rec
 
 
 def test_scoring_with_a_vector_is_what_apply_gives(tiny_llava, tiny_records):
-    from dpmtv.build import build_task_vector
     from dpmtv.inference import apply
+    from dpmtv.pipeline.build import build_task_vector
 
     members, _ = tiny_records
     heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
@@ -218,7 +218,7 @@ def test_public_clip_norms_are_per_layer_quantiles(tiny_llava, tiny_records):
     heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
     norms = public_clip_norms(tiny_llava, public, heads, shots_per_chunk=2, quantile=1.0)
     assert len(norms) == 2 and all(c > 0 for c in norms)
-    from dpmtv.build import chunk_prompt
+    from dpmtv.prompts import chunk_prompt
 
     prompts = [chunk_prompt(public[i : i + 2], query="record", query_question="") for i in (0, 2, 4)]
     values = extract_selected_heads(tiny_llava.adapter, prompts, heads)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpmtv.build as build_module
+import dpmtv.pipeline.plan as plan_module
 from dpmtv.audit.sensitivity import audit_sensitivity
-from dpmtv.build import BuildSettings
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
 from tests.test_build_user_level import write_user_records
 
@@ -49,7 +49,7 @@ def test_a_correct_user_level_build_stays_within_its_sensitivity(tiny_llava, use
 
 def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypatch):
     """The wiring before the fix: record ids hashed into the chunks, no per-user cap."""
-    real = build_module.partition_records
+    real = plan_module.partition_records
 
     def record_level(records, **kwargs):
         kwargs.update(
@@ -57,7 +57,7 @@ def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypa
         )
         return real(records, **kwargs)
 
-    monkeypatch.setattr(build_module, "partition_records", record_level)
+    monkeypatch.setattr(plan_module, "partition_records", record_level)
     audit = _audit(
         tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=9
     )
@@ -66,8 +66,8 @@ def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypa
 
 
 def test_a_sensitivity_half_too_small_is_flagged(tiny_llava, user_records, monkeypatch):
-    real = build_module.l2_sensitivity
-    monkeypatch.setattr(build_module, "l2_sensitivity", lambda **kwargs: real(**kwargs) / 2)
+    real = plan_module.l2_sensitivity
+    monkeypatch.setattr(plan_module, "l2_sensitivity", lambda **kwargs: real(**kwargs) / 2)
     audit = _audit(
         tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=2
     )

@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.cli import main
 from dpmtv.data import load_records
-from dpmtv.distributed import ChunkJob, ClippedSum, LocalExecutor, ModelSource, RayExecutor, split_batches
+from dpmtv.distributed import RayExecutor, split_batches
+from dpmtv.executor import LocalExecutor, ModelSource
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
 from dpmtv.vector import load_task_vector
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records

@@ -11,11 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from dpmtv.audit.sensitivity import audit_sensitivity
-from dpmtv.build import BuildSettings
 from dpmtv.cli import main
 from dpmtv.data import load_records
-from dpmtv.distributed import ModelSource, RayExecutor
+from dpmtv.distributed import RayExecutor
+from dpmtv.executor import ModelSource
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy.noisy_top_k import head_vote_counts
 from dpmtv.selection import chunk_votes
 from dpmtv.vector import load_task_vector

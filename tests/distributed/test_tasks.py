@@ -7,12 +7,15 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.cli import main
 from dpmtv.data import load_records
-from dpmtv.distributed import ChunkJob, ClippedRows, ClippedSum, LocalExecutor, split_batches
+from dpmtv.distributed import split_batches
 from dpmtv.distributed.batches import chunks_as_partition
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedRows, ClippedSum
 from dpmtv.selection.private import HeadVotes
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records

@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import dpmtv.build
-from dpmtv.build import BuildSettings, build_task_vector, build_task_vectors_for_epsilons
+import dpmtv.pipeline.build
 from dpmtv.errors import ParameterError
 from dpmtv.eval import LoadOptions, load_record_files
 from dpmtv.eval.methods import EvalSettings, MethodContext, MethodSpec, _dp_mtv_settings
 from dpmtv.eval.runner import run_evaluation
 from dpmtv.heads import parse_head_spec
 from dpmtv.inference import answer_queries
+from dpmtv.pipeline.build import BuildSettings, build_task_vector, build_task_vectors_for_epsilons
 from tests.conftest import write_records
 
 SEEDED = BuildSettings(
@@ -33,13 +33,13 @@ SEEDED = BuildSettings(
 @pytest.fixture
 def counted_extractions(monkeypatch):
     calls = []
-    real = dpmtv.build.extract_each_chunk
+    real = dpmtv.pipeline.build.extract_each_chunk
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dpmtv.build, "extract_each_chunk", counting)
+    monkeypatch.setattr(dpmtv.pipeline.build, "extract_each_chunk", counting)
     return calls
 
 

@@ -14,8 +14,8 @@ from PIL import Image
 from dpmtv.hooks import LayerPatch, PatchMode, capture_last_token, overwrite_heads
 from dpmtv.models.loading import load_model
 from dpmtv.models.registry import family_entry
-from dpmtv.models.tiny import build_tiny_checkpoint
 from dpmtv.prompts import Example, Prompt
+from dpmtv.testing import build_tiny_checkpoint
 from tests.conftest import TEST_DEVICE
 
 
@@ -40,12 +40,14 @@ class AdapterContract:
     family: str
 
     @pytest.fixture(scope="class")
-    def loaded(self, tmp_path_factory):
-        path = build_tiny_checkpoint(self.family, tmp_path_factory.mktemp(self.family))
+    @classmethod
+    def loaded(cls, tmp_path_factory):
+        path = build_tiny_checkpoint(cls.family, tmp_path_factory.mktemp(cls.family))
         return load_model(path, device=TEST_DEVICE)
 
     @pytest.fixture(scope="class")
-    def prompts(self):
+    @classmethod
+    def prompts(cls):
         return sample_prompts(np.random.default_rng(0))
 
     def _last_logits(self, loaded, prompts) -> torch.Tensor:

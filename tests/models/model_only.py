@@ -10,22 +10,24 @@ import torch
 
 from dpmtv.hooks import LayerPatch, capture_last_token, overwrite_heads
 from dpmtv.models.generic import GenericAdapter
-from dpmtv.models.tiny import build_tiny_checkpoint
+from dpmtv.testing import build_tiny_checkpoint
 
 
 class ModelOnlyContract:
     family: str
 
     @pytest.fixture(scope="class")
-    def adapter(self, tmp_path_factory):
+    @classmethod
+    def adapter(cls, tmp_path_factory):
         from transformers import AutoModelForImageTextToText
 
-        path = build_tiny_checkpoint(self.family, tmp_path_factory.mktemp(self.family))
+        path = build_tiny_checkpoint(cls.family, tmp_path_factory.mktemp(cls.family))
         model = AutoModelForImageTextToText.from_pretrained(path).eval()
         return GenericAdapter(model, processor=None)
 
     @pytest.fixture(scope="class")
-    def input_ids(self, adapter):
+    @classmethod
+    def input_ids(cls, adapter):
         generator = torch.Generator().manual_seed(0)
         return torch.randint(
             10, adapter.model.config.get_text_config().vocab_size, (2, 12), generator=generator

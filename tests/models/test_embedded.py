@@ -11,7 +11,8 @@ class TestEmbeddedModel(AdapterContract):
     family = "llava"
 
     @pytest.fixture(scope="class")
-    def loaded(self):
+    @classmethod
+    def loaded(cls):
         return load_model("embedded", device=TEST_DEVICE)
 
     def test_renders_the_trained_few_shot_format(self, loaded, prompts):

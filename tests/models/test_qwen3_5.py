@@ -5,7 +5,7 @@ import pytest
 from dpmtv.errors import AdapterError, UnsupportedModelError
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.loading import load_model
-from dpmtv.models.tiny import build_tiny_checkpoint
+from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from transformers import AutoModelForImageTextToText, T5Config
 from dpmtv.errors import AdapterError, UnsupportedModelError
 from dpmtv.models.generic import GenericAdapter, decoder_config
 from dpmtv.models.registry import GENERIC_FAMILIES, REFUSED, adapter_for, family_entry, known_model_types
-from dpmtv.models.tiny import TINY_FAMILIES
+from dpmtv.testing import TINY_FAMILIES
 
 TESTS = Path(__file__).parent
 

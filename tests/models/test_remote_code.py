@@ -25,13 +25,15 @@ class RemoteCodeContract(AdapterContract):
     spec: dict
 
     @pytest.fixture(scope="class")
-    def checkpoint(self, tmp_path_factory):
-        folder = tmp_path_factory.mktemp(self.family)
-        path = type(self).builder(folder / "model")
-        return path, write_spec(self.spec, folder / "spec.json")
+    @classmethod
+    def checkpoint(cls, tmp_path_factory):
+        folder = tmp_path_factory.mktemp(cls.family)
+        path = cls.builder(folder / "model")
+        return path, write_spec(cls.spec, folder / "spec.json")
 
     @pytest.fixture(scope="class")
-    def loaded(self, checkpoint):
+    @classmethod
+    def loaded(cls, checkpoint):
         path, spec = checkpoint
         return load_model(path, device=TEST_DEVICE, adapter_spec=spec, trust_remote_code=True)
 

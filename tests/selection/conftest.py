@@ -5,8 +5,8 @@ import torch
 
 from dpmtv.data.records import load_records
 from dpmtv.models.loading import load_model
-from dpmtv.models.tiny import build_tiny_checkpoint
 from dpmtv.selection import PublicSearch
+from dpmtv.testing import build_tiny_checkpoint
 from tests.selection.planted import plant, write_public_records
 
 

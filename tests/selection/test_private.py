@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.heads import HeadSet
 from dpmtv.privacy.noisy_top_k import plan_private_selection
 from dpmtv.selection import chunk_votes, select_private
@@ -38,8 +39,9 @@ def test_a_chunk_vote_depends_only_on_its_own_records(planted, public_records):
 def test_select_private_end_to_end(planted, public_records):
     loaded, _ = planted
     plan = plan_private_selection(total_epsilon=1e4, total_delta=1e-6, k=3, selection_fraction=0.5)
+    records, partition = chunks_as_partition(_chunks(public_records))
     result = select_private(
-        loaded, _chunks(public_records), plan=plan, rng=np.random.default_rng(0), progress=False
+        loaded, records, partition, shots_per_chunk=4, plan=plan, rng=np.random.default_rng(0), progress=False
     )
     assert result.heads == HeadSet.of(PLANTED) and result.method == "private-noisy-top-k"
     details = result.details
@@ -53,5 +55,8 @@ def test_select_private_respects_the_pool(planted, public_records):
     loaded, _ = planted
     plan = plan_private_selection(total_epsilon=1e4, total_delta=1e-6, k=1)
     pool = HeadSet.of([(0, 0), (1, 3)])
-    result = select_private(loaded, _chunks(public_records), plan=plan, pool=pool, progress=False)
+    records, partition = chunks_as_partition(_chunks(public_records))
+    result = select_private(
+        loaded, records, partition, shots_per_chunk=4, plan=plan, pool=pool, progress=False
+    )
     assert result.heads == HeadSet.of([(1, 3)])

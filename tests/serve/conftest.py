@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.serve import ServeSettings, create_app, load_served_model
 from tests.conftest import write_records
 

@@ -47,11 +47,11 @@ def chromium() -> Path:
 @pytest.fixture(scope="module")
 def embedded_server(tmp_path_factory):
     """The packaged embedded model serving a name_colour vector built from its private split."""
-    from dpmtv.build import BuildSettings, build_task_vector
     from dpmtv.embedded.generator import get_task
     from dpmtv.embedded.suite import task_records
     from dpmtv.heads import HeadSet
     from dpmtv.models.loading import load_model
+    from dpmtv.pipeline.build import BuildSettings, build_task_vector
     from dpmtv.serve import ServeSettings, create_app, load_served_model
 
     folder = tmp_path_factory.mktemp("page")

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from dpmtv.cli import main
 from dpmtv.cli.serve import check_bind
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError, ParameterError
-from dpmtv.models.tiny import build_tiny_checkpoint
 from dpmtv.serve import load_served_model, model_name, parse_vector_spec
+from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ The ε audit (:mod:`dpmtv.audit.mechanism`) checks clip → mean → noise on gi
 cannot see a wiring bug upstream of them (a partition that ignores the privacy unit, a Δ computed
 for the wrong relation). This audit runs the build's own pieces instead:
 
-* :func:`dpmtv.build.plan_layout` — the build's partition entry point (unit, relation, public
+* :func:`dpmtv.pipeline.plan.plan_layout` — the build's partition entry point (unit, relation, public
   ``m``, per-user cap) and its Δ;
-* :func:`dpmtv.build.iter_clipped_chunks` — the build's prompts, extraction, centring and
+* :func:`dpmtv.pipeline.tasks.iter_clipped_chunks` — the build's prompts, extraction, centring and
   per-layer clipping;
 
 on the real model and records ``D`` and on neighbours ``D'`` at the build's unit and relation:
@@ -43,12 +43,14 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from dpmtv.build import BuildSettings, plan_layout, reference_activations
 from dpmtv.data.records import Record
-from dpmtv.distributed.executor import ChunkJob, ClippedRows, Executor, LocalExecutor
 from dpmtv.errors import ParameterError, RecordError
+from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.privacy import AdjacencyRelation, Partition, PrivacyUnit
 
 __all__ = ["SensitivityAudit", "SensitivityPair", "audit_sensitivity"]

@@ -110,12 +110,12 @@ def model_options(function):
 
 
 def build_settings(options: Mapping[str, Any], **fields: Any):
-    """The :class:`~dpmtv.settings.BuildSettings` of a command: every parsed option named like a
+    """The :class:`~dpmtv.pipeline.settings.BuildSettings` of a command: every parsed option named like a
     settings field (``--epsilon``, ``--shots-per-chunk``, ...), ``progress`` from ``--quiet``,
     then ``fields`` (what the command derives itself) over them."""
     import dataclasses
 
-    from dpmtv.settings import BuildSettings  # imported when needed: it pulls in numpy
+    from dpmtv.pipeline.settings import BuildSettings  # imported when needed: it pulls in numpy
 
     names = {field.name for field in dataclasses.fields(BuildSettings)}
     values = {name: options[name] for name in names if name in options}

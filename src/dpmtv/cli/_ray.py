@@ -54,7 +54,8 @@ def ray_executor(ray_address, workers, gpus_per_worker, loaded, *, dtype, device
         if gpus_per_worker:
             raise ParameterError("--gpus-per-worker needs --ray")
         return contextlib.nullcontext(None)
-    from dpmtv.distributed import ModelSource, RayExecutor
+    from dpmtv.distributed import RayExecutor
+    from dpmtv.executor import ModelSource
     from dpmtv.models.loading import current_remote_code_options
 
     remote = current_remote_code_options()

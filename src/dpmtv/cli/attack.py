@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from dpmtv.cli._common import build_settings, clip_norms_or_auto, console, err_console, model_options
-from dpmtv.public_clip import DEFAULT_CLIP_QUANTILE
+from dpmtv.pipeline.public_clip import DEFAULT_CLIP_QUANTILE
 
 
 @click.command(name="attack")
@@ -197,7 +197,7 @@ def _data(options):
 
 
 def _auto_clip(loaded, heads, public, options) -> tuple[float, ...]:
-    from dpmtv.public_clip import public_clip_norms
+    from dpmtv.pipeline.public_clip import public_clip_norms
 
     norms = public_clip_norms(
         loaded,

@@ -33,8 +33,8 @@ def ledger_option(function):
 
 
 def open_ledger(ledger_path: Path | None):
-    """The :class:`~dpmtv.privacy.ledger.Ledger` at ``ledger_path`` or the default path."""
-    from dpmtv.privacy.ledger import Ledger
+    """The :class:`~dpmtv.ledger.book.Ledger` at ``ledger_path`` or the default path."""
+    from dpmtv.ledger.book import Ledger
 
     return Ledger(ledger_path if ledger_path is not None else default_ledger_path())
 
@@ -80,7 +80,7 @@ def init(name, epsilon, delta, neighbouring_relation, privacy_unit, ledger_path)
 
     All of them are fixed: a build under another relation or unit is refused, since releases
     under different relations do not compose into one guarantee."""
-    from dpmtv.settings import relation_for_unit
+    from dpmtv.pipeline.settings import relation_for_unit
 
     ledger = open_ledger(ledger_path)
     status = ledger.init_dataset(

@@ -6,7 +6,7 @@ import click
 
 from dpmtv.cli._common import console, err_console, float_list, model_options
 from dpmtv.errors import ParameterError
-from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="eval")

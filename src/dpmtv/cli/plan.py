@@ -6,7 +6,7 @@ import click
 
 from dpmtv.cli._common import console, float_list
 from dpmtv.errors import ParameterError
-from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
 
 @click.command(name="plan")
@@ -72,7 +72,7 @@ def command(
     and no budget (docs/design.md §2)."""
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import read_head_geometry
-    from dpmtv.planning import preview_release, smallest_num_chunks
+    from dpmtv.pipeline.preview import preview_release, smallest_num_chunks
 
     geometry = read_head_geometry(model_path)
     heads = parse_head_spec(head_spec, geometry)

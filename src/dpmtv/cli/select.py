@@ -10,6 +10,7 @@ from rich.table import Table
 
 from dpmtv.cli._common import console, model_options
 from dpmtv.errors import ParameterError
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 
 @click.command(name="select")
@@ -67,7 +68,7 @@ from dpmtv.errors import ParameterError
     show_default=True,
     help="Prompt format of the public means; use the build's --query.",
 )
-@click.option("--query-question", default="What is the answer?", show_default=True)
+@click.option("--query-question", default=DEFAULT_QUERY_QUESTION, show_default=True)
 @click.option("--batch-size", type=int, default=4, show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(

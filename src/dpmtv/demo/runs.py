@@ -11,8 +11,6 @@ import numpy as np
 from rich.console import Console
 
 from dpmtv._progress import progress_bar
-from dpmtv.build import BuildSettings, build_task_vector
-from dpmtv.chunks import ChunkPrompts
 from dpmtv.demo.config import DemoConfig, default_config, load_defaults
 from dpmtv.demo.recognition import (
     ceiling_record,
@@ -37,6 +35,9 @@ from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import LoadedModel, load_model
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
+from dpmtv.pipeline.partition import ChunkPrompts
+from dpmtv.pipeline.public_clip import public_clip_norms
 from dpmtv.privacy import (
     AdjacencyRelation,
     l2_sensitivity,
@@ -45,7 +46,6 @@ from dpmtv.privacy import (
     secure_rng,
 )
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.public_clip import public_clip_norms
 from dpmtv.selection import select_public
 
 

@@ -5,7 +5,8 @@ Workers return their batch's result (a sum, vectors, votes) and the chunk ids th
 driver checks the ids, combines the results, and adds noise once (``docs/design.md``,
 "Distributed builds").
 :class:`RayExecutor` needs the ``ray`` extra (``pip install 'dpmtv[ray]'``); it is imported on
-first use, so this package does not import Ray.
+first use, so this package does not import Ray. The local executor and the chunk-task protocol
+are :mod:`dpmtv.executor`.
 """
 
 from __future__ import annotations
@@ -13,31 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from dpmtv.distributed.batches import BatchResult, ChunkBatch, check_coverage, split_batches
-from dpmtv.distributed.executor import (
-    ChunkJob,
-    ChunkTask,
-    ClippedRows,
-    ClippedSum,
-    Executor,
-    LocalExecutor,
-    ModelSource,
-    sum_clipped_chunks,
-)
 
 __all__ = [
     "BatchResult",
     "ChunkBatch",
-    "ChunkJob",
-    "ChunkTask",
-    "ClippedRows",
-    "ClippedSum",
-    "Executor",
-    "LocalExecutor",
-    "ModelSource",
     "RayExecutor",
     "check_coverage",
     "split_batches",
-    "sum_clipped_chunks",
 ]
 
 

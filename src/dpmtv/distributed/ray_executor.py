@@ -1,5 +1,5 @@
 """Distributed chunk work on Ray: actors that load the model once and run a
-:class:`~dpmtv.distributed.executor.ChunkTask` (the build's clipped sum, the audit's per-chunk
+:class:`~dpmtv.executor.ChunkTask` (the build's clipped sum, the audit's per-chunk
 vectors, private selection's votes) on batches of chunks.
 
 The driver (this process) keeps the partition and its key; it sends each actor batches of chunk
@@ -28,8 +28,8 @@ from typing import Any
 
 from dpmtv._progress import progress_bar
 from dpmtv.distributed.batches import BatchResult, check_coverage, split_batches
-from dpmtv.distributed.executor import ChunkTask, ModelSource
 from dpmtv.errors import DistributedError, DpmtvError, ParameterError
+from dpmtv.executor import ChunkTask, ModelSource
 
 __all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
 

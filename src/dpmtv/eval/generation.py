@@ -8,9 +8,8 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
-import torch
-
 from dpmtv.data.records import Record
+from dpmtv.inference import generate_texts
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
 from dpmtv.prompt_budget import fit_demonstrations, model_position_limit, prompt_length  # noqa: F401 (re-exported)
@@ -71,13 +70,4 @@ def generate_answers(
 
 
 def _generate(adapter: ModelAdapter, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
-    inputs = adapter.encode(prompts)  # left-padded: every row's prompt ends at the same column
-    with torch.no_grad():
-        output = adapter.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=adapter.tokenizer.pad_token_id,
-        )
-    new_tokens = output[:, inputs["input_ids"].shape[1] :]  # (B, new)
-    return [clean_prediction(t) for t in adapter.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+    return [clean_prediction(t) for t in generate_texts(adapter, prompts, max_new_tokens=max_new_tokens)]

@@ -8,7 +8,7 @@ method         what it does                                        privacy
                cut to what the context holds (reported)
 ``mtv``        MTV: the plain mean of the chunks' head outputs,    NON-PRIVATE (ε = ∞)
                no clipping, no noise
-``dp-mtv``     :func:`dpmtv.build.build_task_vector` at ε, then    (ε, δ) for any number of
+``dp-mtv``     :func:`dpmtv.pipeline.build.build_task_vector` at ε, then    (ε, δ) for any number of
                :func:`dpmtv.inference.answer_queries`                  queries
 ``dp-icl:S``   per query, one answer per disjoint S-demonstration  (ε, δ) in total over the
                chunk, noisy-argmax vote (:mod:`dpmtv.eval.dp_icl`)  Q answered queries
@@ -40,12 +40,6 @@ from typing import Any
 import numpy as np
 
 from dpmtv._version import __version__
-from dpmtv.build import (
-    DEFAULT_QUERY_QUESTION,
-    BuildSettings,
-    build_task_vectors_for_epsilons,
-    chunk_prompt,
-)
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.eval.benchmarks import Benchmark
 from dpmtv.eval.generation import (
@@ -61,9 +55,14 @@ from dpmtv.heads import HeadSet
 from dpmtv.inference import answer_queries
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.build import (
+    DEFAULT_QUERY_QUESTION,
+    BuildSettings,
+    build_task_vectors_for_epsilons,
+)
+from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import event_to_json
-from dpmtv.prompts import Prompt
-from dpmtv.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.prompts import Prompt, chunk_prompt
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
@@ -317,7 +316,7 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     The build seed depends on the run seed only, so at one seed every ε shares the partition
     and the standard-normal noise direction (common random numbers across ε). The chunks of a
     seed are therefore extracted once, at its first ε, and released at every evaluated ε
-    (:func:`dpmtv.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
+    (:func:`dpmtv.pipeline.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
     these builds experiments at the σ of (ε, δ), not private releases."""
     s = ctx.settings
     if seed not in ctx.dp_mtv_builds:

@@ -21,7 +21,7 @@ the MAXIMUM over those choices of the composed ε (:func:`composed_epsilon`). Re
 disjoint charge by its single worst-at-δ alternative is NOT sound: a pure-ε selection event with
 ε = 1.00 and a Gaussian with ε = 1.01 at δ = 1e-5, each composed with four Gaussians of
 multiplier 3, give 3.60 and 3.00 — the alternative that is worse alone is the milder one in
-composition (``tests/privacy/test_ledger.py`` checks this). Both alternatives are kept.
+composition (``tests/ledger/test_ledger.py`` checks this). Both alternatives are kept.
 
 Cost: one PLD per choice, ``Π_i r_i`` of them (composed depth-first, sharing prefixes).
 Beyond :data:`MAX_CHOICES` (four two-way disjoint charges), the oldest disjoint charges are

@@ -12,7 +12,8 @@ from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.selection._data import DEFAULT_QUERY_QUESTION, PublicTask, prepare_public_task
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
+from dpmtv.selection._data import PublicTask, prepare_public_task
 from dpmtv.selection._patching import MaskScorer
 
 METRICS = ("logprob", "accuracy")

@@ -38,17 +38,17 @@ import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
-from dpmtv.chunks import chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
-from dpmtv.distributed.executor import Executor, LocalExecutor
+from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.extract import selected_heads_of
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k
 from dpmtv.prompt_budget import encode_one_within, resolve_max_prompt_tokens
-from dpmtv.prompts import Example, zero_shot
+from dpmtv.prompts import Example, chunk_prompt, zero_shot
 from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
@@ -86,7 +86,7 @@ def chunk_votes(
 
 @dataclass(frozen=True)
 class HeadVotes:
-    """The chunk task of private selection (:class:`dpmtv.distributed.ChunkTask`): each non-empty
+    """The chunk task of private selection (:class:`dpmtv.executor.ChunkTask`): each non-empty
     chunk's vote, in chunk order."""
 
     max_votes_per_chunk: int
@@ -98,7 +98,8 @@ class HeadVotes:
     def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
         geometry = loaded.adapter.geometry
         pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
-        chunks = [[records[int(i)] for i in chunk] for chunk in partition.nonempty_chunks()]
+        cut = self.shots_per_chunk
+        chunks = [[records[int(i)] for i in chunk[:cut]] for chunk in partition.nonempty_chunks()]
         scores = chunk_head_scores(
             loaded, chunks, max_prompt_tokens=self.max_prompt_tokens, progress=progress
         )
@@ -158,37 +159,38 @@ def _top_positive(scores: torch.Tensor, pool_mask: torch.Tensor, k_prime: int) -
 
 def select_private(
     loaded: LoadedModel,
-    chunks: Sequence[Sequence[Record]],
+    records: Sequence[Record],
+    partition: Partition,
     *,
+    shots_per_chunk: int,
     plan: PrivateSelectionPlan,
     pool: HeadSet | None = None,
     max_prompt_tokens: int | None = None,
     rng: np.random.Generator | None = None,
     progress: bool = True,
     executor: Executor | None = None,
-    num_chunks: int | None = None,
 ) -> SelectionResult:
-    """Votes of ``chunks`` → histogram → ``noisy_top_k(k, ε_sel)`` → the selected heads.
+    """Votes of ``partition``'s chunks of ``records`` → histogram → ``noisy_top_k(k, ε_sel)`` →
+    the selected heads.
 
-    ``chunks`` are the build's chunks (record lists, each cut to ``shots_per_chunk``), all of them
-    (sequential composition) or the selection half (:func:`dpmtv.privacy.noisy_top_k.parallel_halves`).
+    ``partition`` is the build's partition, all of it (sequential composition) or the selection
+    half (:func:`dpmtv.privacy.noisy_top_k.parallel_halves`); each chunk is cut to
+    ``shots_per_chunk`` records and only non-empty chunks vote (an empty chunk casts no vote), so
+    a huge public ``m`` costs nothing; the metadata records the public ``m``, never the
+    data-dependent count of non-empty chunks.
     ``rng`` switches to seeded numpy Gumbel noise: INSECURE, for tests and experiments only.
     ``executor`` computes the votes (default: this process); the noise is drawn here.
-    ``num_chunks``: the public number of voting chunks when ``chunks`` lists only the non-empty
-    ones (an empty chunk casts no vote); the metadata records it, never the data-dependent count.
     """
     started = time.perf_counter()
     geometry = loaded.adapter.geometry
     pool_mask = mask_of(pool or all_heads(geometry), geometry).flatten()  # (L*H,) bool
-    votes = chunk_votes(
-        loaded,
-        chunks,
+    task = HeadVotes(
         max_votes_per_chunk=plan.max_votes_per_chunk,
         pool=pool,
         max_prompt_tokens=max_prompt_tokens,
-        progress=progress,
-        executor=executor,
+        shots_per_chunk=shots_per_chunk,
     )
+    votes = (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
     counts = head_vote_counts(
         votes, num_candidates=pool_mask.numel(), max_votes_per_chunk=plan.max_votes_per_chunk
     )
@@ -204,7 +206,7 @@ def select_private(
         method="private-noisy-top-k",
         metric="none",
         seconds=time.perf_counter() - started,
-        details=_plan_details(plan, num_chunks or len(chunks), seeded=rng is not None),
+        details=_plan_details(plan, partition.num_chunks, seeded=rng is not None),
     )
 
 

@@ -19,6 +19,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from dpmtv.hooks import blend_heads_per_row
+from dpmtv.inference import greedy_new_tokens
 from dpmtv.prompts import Example, zero_shot
 from dpmtv.serve._served import ServedModel, ServedVector
 
@@ -54,12 +55,12 @@ def generate_rows(
         adapter.eos_token_ids,
         on_text,
     )
-    with torch.no_grad(), _row_patches(served, rows):
-        served.loaded.model.generate(
-            **inputs,
-            max_new_tokens=max(row.max_new_tokens for row in rows),
-            do_sample=False,
+    with _row_patches(served, rows):
+        greedy_new_tokens(
+            served.loaded.model,
+            inputs,
             pad_token_id=adapter.tokenizer.pad_token_id,
+            max_new_tokens=max(row.max_new_tokens for row in rows),
             stopping_criteria=StoppingCriteriaList([tracker]),
         )
     return [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from dpmtv.models.tiny._tokenizer import char_tokenizer
+from dpmtv.testing._tokenizer import char_tokenizer
 from tests.models.remote_code.configuration_qwen_style import QWenStyleConfig
 from tests.models.remote_code.configuration_vila_style import VilaStyleConfig
 from tests.models.remote_code.modeling_qwen_style import QWenStyleLMHeadModel

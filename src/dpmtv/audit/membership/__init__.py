@@ -10,7 +10,8 @@ same attack against
 - ``icl``: plain many-shot in-context learning, the private records (the *members*) sitting in
   the prompt as demonstrations — the non-private way to use them;
 - ``dp-mtv``: the model with a DP-MTV task vector built from the same members
-  (:func:`dpmtv.build.build_task_vector` with the given :class:`~dpmtv.build.BuildSettings`),
+  (:func:`dpmtv.pipeline.build.build_task_vector` with the given
+  :class:`~dpmtv.pipeline.build.BuildSettings`),
   queried zero-shot through :func:`dpmtv.inference.apply` (the hooks a deployment uses);
 - ``zero-shot``: the bare model, which never saw any member — the chance reference (its AUC
   differs from 0.5 only by sampling noise, which shows how large that noise is);
@@ -96,7 +97,7 @@ from dpmtv.audit.membership.metrics import (
 from dpmtv.audit.membership.report import MembershipReport
 from dpmtv.audit.membership.scoring import answer_log_probs, answer_token_ids
 from dpmtv.audit.membership.targets import STATISTICS, TargetScores, statistic_scores
-from dpmtv.public_clip import public_clip_norms  # re-exported: the attack's --l2-clip-norm auto
+from dpmtv.pipeline.public_clip import public_clip_norms  # re-exported: the attack's --l2-clip-norm auto
 
 __all__ = [
     "STATISTICS",

@@ -21,11 +21,11 @@ from dpmtv.audit.membership.targets import (
     vector_target,
     zero_shot_prompts,
 )
-from dpmtv.build import BuildSettings
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.build import BuildSettings
 
 
 @dataclass(frozen=True, kw_only=True)

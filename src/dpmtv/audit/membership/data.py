@@ -1,5 +1,5 @@
 """Records whose membership matters: randomised labels, the embedded task's member / non-member /
-public records (clip norms from public records: :mod:`dpmtv.public_clip`)."""
+public records (clip norms from public records: :mod:`dpmtv.pipeline.public_clip`)."""
 
 from __future__ import annotations
 

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from dpmtv.audit.membership.scoring import answer_log_probs, answer_token_ids
-from dpmtv.build import BuildSettings, build_task_vector
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.eval.generation import context_limit
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.prompt_budget import fit_demonstrations, prompt_length
 from dpmtv.prompts import Example, Prompt, zero_shot
 from dpmtv.vector import TaskVector

@@ -1,0 +1,458 @@
+"""The privacy-budget ledger: a SQLite file that composes every release of a dataset.
+
+Model
+=====
+A *dataset* is a name chosen by the user with a budget ``(ε, δ)``, a neighbouring relation
+(``replace-one`` or ``add-remove-one``) and a privacy unit (``record`` or ``user``), all fixed at
+creation. Every build that uses the dataset *charges* its accounting event, and the ledger refuses:
+
+* a charge under another relation or unit than the dataset's: the events are normalised to
+  unit sensitivity under the build's own relation (:mod:`dpmtv.privacy.events`), so composing a
+  replace-one event with an add-remove-one event, or a per-record with a per-user one, states
+  no guarantee for either relation;
+* a charge that would make the composition of ALL the dataset's charges, old and new, exceed
+  ``ε`` at the dataset's ``δ``. Composition is done by the PLD accountant (pessimistic
+  estimates): we write no composition theorem, and the spent ε is an upper bound. A build on
+  disjoint halves (parallel composition) is charged as :class:`~dpmtv.privacy.disjoint.
+  DisjointReleases`: it costs its worse alternative, never the composition of both.
+
+A build without a guarantee (non-private, or seeded noise whose seed is in the artifact) may name
+a dataset only to VOID it: :meth:`Ledger.void_dataset` records the build, and from then on the
+dataset's status says its guarantee is void. Nothing in this module removes a void or a charge.
+
+Ledger first
+============
+The build plans its release (all numbers fixed), previews, then charges, then draws noise::
+
+    plan = plan_gaussian_release(...)                      # nothing drawn yet
+    ledger.check_charge(name, plan.event, ...)             # refuse before any forward pass
+    ... extract, clip, sum ...
+    receipt = ledger.charge(name, plan.event, ...)         # the binding charge
+    noised = add_gaussian_noise(mean, plan=plan, sampler=sampler)
+    ... write the artifact ...
+    ledger.mark_written(receipt, artifact=..., tensors_sha256=...)   # bookkeeping only
+
+A failure before :meth:`Ledger.charge` returns costs nothing; a failure after it keeps the charge
+(noise may have been drawn and seen), which is the safe side.
+
+Concurrency
+===========
+:meth:`Ledger.charge` reads the previous charges, composes, checks and inserts inside ONE
+``BEGIN IMMEDIATE`` transaction. ``IMMEDIATE`` takes SQLite's write (RESERVED) lock before the
+first read, so two charging processes serialise: the second one waits (busy timeout) and then sees
+the first one's committed charge. No interleaving can make two charges each pass the check against
+a state that lacks the other. Keep the file on a local disk: SQLite's locking is unreliable on
+network file systems.
+
+Format
+======
+Format 2 (this module) stores per dataset: name, ``ε``, ``δ``, relation, unit, creation time; per
+charge: an id, the serialised event, the caller's parameters (JSON), the artifact's absolute path
+and tensor hash, the charge time, the composed ε after the charge, when the artifact was written;
+per void: the same without an event, plus the reason. Never data: callers must not put records,
+counts of private data or anything derived from it into ``parameters``.
+
+A format-1 ledger (no relation, unit or voids) is upgraded in place the first time it is opened:
+each dataset takes the relation and unit its charges recorded (the CLI always recorded both);
+a dataset without charges, or whose charges recorded none, takes the defaults (replace-one,
+record); a dataset whose charges recorded DIFFERENT relations or units is voided, since its
+composed ε was computed across relations.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dpmtv.errors import BudgetExceededError, LedgerError, ParameterError
+from dpmtv.ledger.format import (
+    _MIGRATE_1_TO_2,
+    _SCHEMA,
+    DEFAULT_RELATION,
+    DEFAULT_UNIT,
+    PRIVACY_UNITS,
+    SCHEMA_VERSION,
+    check_event,
+    check_name,
+    check_parameters,
+    check_relation,
+    check_unit,
+    migrate_dataset,
+    now,
+)
+from dpmtv.ledger.records import Charge, ChargeReceipt, DatasetStatus, Void, _DatasetRow
+from dpmtv.privacy.calibrate import validate_epsilon_delta
+from dpmtv.privacy.disjoint import (
+    ChargedEvent,
+    charged_event_from_json,
+    composed_epsilon,
+)
+
+__all__ = [
+    "Charge",
+    "ChargeReceipt",
+    "DatasetStatus",
+    "Ledger",
+    "PRIVACY_UNITS",
+    "Void",
+    "composed_epsilon",
+]
+
+BUSY_TIMEOUT_S = 120.0
+
+
+class Ledger:
+    """A privacy-budget ledger in the SQLite file ``path``.
+
+    The file is created by the first :meth:`init_dataset`; every other method refuses a missing
+    file (a mistyped ``--ledger`` must not silently start an empty ledger).
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+        self.path = Path(path)
+        self.busy_timeout_s = float(busy_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # -- datasets ---------------------------------------------------------------------------
+
+    def init_dataset(
+        self,
+        name: str,
+        *,
+        epsilon: float,
+        delta: float,
+        neighbouring_relation: str = DEFAULT_RELATION,
+        privacy_unit: str = DEFAULT_UNIT,
+    ) -> DatasetStatus:
+        """Create dataset ``name`` with budget ``(epsilon, delta)`` under ``neighbouring_relation``
+        and ``privacy_unit`` (spelled as in ``dpmtv build``).
+
+        Raises:
+            ParameterError: an invalid name, budget, relation or unit, or the name already exists
+                (budgets are fixed once created: raising one after releases would defeat the ledger).
+        """
+        name = check_name(name)
+        validate_epsilon_delta(epsilon=epsilon, delta=delta)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._transaction(create=True) as conn:
+            row = conn.execute("SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                raise ParameterError(
+                    f"dataset {name!r} already exists in ledger '{self.path}' with budget "
+                    f"epsilon = {row[0]:g}, delta = {row[1]:g}; budgets cannot be changed, "
+                    "choose another name"
+                )
+            conn.execute(
+                "INSERT INTO datasets (name, epsilon, delta, created_at, neighbouring_relation, "
+                "privacy_unit) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, float(epsilon), float(delta), _now(), relation, unit),
+            )
+        return self.status(name)
+
+    def datasets(self) -> list[str]:
+        """All dataset names, sorted."""
+        with self._transaction() as conn:
+            return [row[0] for row in conn.execute("SELECT name FROM datasets ORDER BY name")]
+
+    def status(self, name: str) -> DatasetStatus:
+        """The budget of ``name``, its charges and voids, and their composed ε at its δ."""
+        name = check_name(name)
+        with self._transaction() as conn:
+            row = self._dataset_row(conn, name)
+            charges, voids = self._charges(conn, name), self._voids(conn, name)
+        spent = composed_epsilon([c.event for c in charges], delta=row.delta)
+        return DatasetStatus(
+            name,
+            row.epsilon,
+            row.delta,
+            row.created_at,
+            spent,
+            tuple(charges),
+            row.neighbouring_relation,
+            row.privacy_unit,
+            tuple(voids),
+        )
+
+    def check_dataset(self, name: str, *, neighbouring_relation: str, privacy_unit: str) -> DatasetStatus:
+        """Refuse early, before a build reads anything: an unknown dataset, another relation or
+        unit, or a budget with nothing left. Charges nothing (the exact cost is checked by
+        :meth:`check_charge` once the build has planned its release)."""
+        status = self.status(name)
+        _check_same_relation(name, status, check_relation(neighbouring_relation), check_unit(privacy_unit))
+        if not status.epsilon_spent < status.epsilon_budget:
+            raise BudgetExceededError(
+                f"budget exceeded for dataset {name!r}: its {len(status.charges)} charge(s) spent "
+                f"epsilon = {status.epsilon_spent:.6g} of its budget epsilon = "
+                f"{status.epsilon_budget:g}; nothing is left for another release"
+            )
+        return status
+
+    # -- charges ----------------------------------------------------------------------------
+
+    def charge(
+        self,
+        name: str,
+        event: ChargedEvent,
+        *,
+        neighbouring_relation: str,
+        privacy_unit: str,
+        parameters: Mapping[str, Any],
+        artifact: str | Path | None,
+    ) -> ChargeReceipt:
+        """Charge ``event`` (a DpEvent, or :class:`DisjointReleases` for a parallel build) to
+        dataset ``name`` atomically, or refuse it.
+
+        In one ``BEGIN IMMEDIATE`` transaction: check the build's relation and unit are the
+        dataset's, read the previous charges, compose them with ``event`` (PLD accountant, at
+        the dataset's δ), and insert the charge only if the composed ε is <= the budget ε
+        (equality is allowed).
+
+        Raises:
+            BudgetExceededError: the composition would exceed the budget (spent, budget and the
+                would-be total are in the message); nothing is charged.
+            ParameterError: unknown dataset, a missing ledger file, another relation or unit than
+                the dataset's, an event the ledger cannot store or account, or parameters that
+                are not JSON.
+        """
+        name = check_name(name)
+        event_json = check_event(event)
+        parameters_json = check_parameters(parameters)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
+        with self._transaction(immediate=True) as conn:
+            row = self._dataset_row(conn, name)
+            _check_same_relation(name, row, relation, unit)
+            previous = [c.event for c in self._charges(conn, name)]
+            after = _check_fits(name, row, previous, event)
+            receipt = ChargeReceipt(uuid.uuid4().hex, name, after, row.epsilon, row.delta, _now())
+            conn.execute(
+                "INSERT INTO charges (charge_id, dataset, event_json, parameters_json, artifact, "
+                "charged_at, epsilon_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    receipt.charge_id,
+                    name,
+                    event_json,
+                    parameters_json,
+                    _absolute(artifact),
+                    receipt.charged_at,
+                    after,
+                ),
+            )
+        return receipt
+
+    def check_charge(
+        self, name: str, event: ChargedEvent, *, neighbouring_relation: str, privacy_unit: str
+    ) -> float:
+        """The composed ε that charging ``event`` now would reach; raises like :meth:`charge`.
+
+        A NON-binding preview (nothing is locked or stored), for refusing a build early, before
+        its forward passes; only :meth:`charge` takes the budget.
+        """
+        name = check_name(name)
+        check_event(event)
+        relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
+        with self._transaction() as conn:
+            row = self._dataset_row(conn, name)
+            previous = [c.event for c in self._charges(conn, name)]
+        _check_same_relation(name, row, relation, unit)
+        return _check_fits(name, row, previous, event)
+
+    def void_dataset(
+        self, name: str, *, reason: str, parameters: Mapping[str, Any], artifact: str | Path | None
+    ) -> Void:
+        """Record a build without a privacy guarantee against ``name``: from now on the dataset's
+        guarantee is VOID (:attr:`DatasetStatus.void`), for good. Charges nothing."""
+        name = check_name(name)
+        parameters_json = check_parameters(parameters)
+        if not isinstance(reason, str) or not reason.strip():
+            raise ParameterError(f"a void needs a reason, got {reason!r}")
+        with self._transaction(immediate=True) as conn:
+            self._dataset_row(conn, name)
+            void = Void(uuid.uuid4().hex, name, reason, parameters, _absolute(artifact), _now(), None, None)
+            conn.execute(
+                "INSERT INTO voids (void_id, dataset, reason, parameters_json, artifact, voided_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (void.void_id, name, reason, parameters_json, void.artifact, void.voided_at),
+            )
+        return void
+
+    def mark_written(
+        self,
+        receipt: ChargeReceipt | Void | str,
+        *,
+        artifact: str | Path | None = None,
+        tensors_sha256: str | None = None,
+    ) -> None:
+        """Record that the charged (or voiding) build wrote its artifact: where (absolute) and
+        the artifact's tensor hash. Bookkeeping only: it never changes what was charged."""
+        if isinstance(receipt, ChargeReceipt):
+            table, key, entry_id = "charges", "charge_id", receipt.charge_id
+        elif isinstance(receipt, Void):
+            table, key, entry_id = "voids", "void_id", receipt.void_id
+        else:
+            table, key, entry_id = "charges", "charge_id", str(receipt)
+        with self._transaction(immediate=True) as conn:
+            cursor = conn.execute(
+                f"UPDATE {table} SET written_at = ?, artifact = COALESCE(?, artifact), "  # noqa: S608 (fixed names)
+                f"tensors_sha256 = COALESCE(?, tensors_sha256) WHERE {key} = ?",
+                (_now(), _absolute(artifact), tensors_sha256, entry_id),
+            )
+            if cursor.rowcount != 1:
+                raise ParameterError(f"no charge with id {entry_id!r} in ledger '{self.path}'")
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, *, immediate: bool = False, create: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection inside one transaction: committed on success, rolled back on any error."""
+        if not create and not self.path.is_file():
+            raise LedgerError(
+                f"no ledger at '{self.path}'; create a dataset budget first with "
+                "'dpmtv budget init NAME --epsilon E --delta D --ledger PATH'"
+            )
+        conn = self._connect()
+        try:
+            if self._version(conn) == 1:
+                self._migrate_from_1(conn)
+            conn.execute("BEGIN IMMEDIATE" if immediate or create else "BEGIN")
+            if create:
+                self._ensure_schema(conn)
+            else:
+                self._check_schema(conn)
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = FULL")  # a committed charge survives a power cut
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot open ledger '{self.path}': {exc}") from None
+        return conn
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        version = self._version(conn)
+        if version == 0:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        else:
+            self._check_schema(conn)
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        version = self._version(conn)
+        if version != SCHEMA_VERSION:
+            raise LedgerError(
+                f"'{self.path}' is not a dpmtv ledger of format {SCHEMA_VERSION} (found format "
+                f"{version}); use the dpmtv version that created it or another --ledger path"
+            )
+
+    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
+        """Upgrade a format-1 ledger in place, in one transaction (module docstring, "Format")."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._version(conn) == 1:  # another process may have upgraded it meanwhile
+                for statement in _MIGRATE_1_TO_2:
+                    conn.execute(statement)
+                conn.execute(_SCHEMA.split(";")[2])  # CREATE TABLE voids
+                for (name,) in conn.execute("SELECT name FROM datasets").fetchall():
+                    migrate_dataset(conn, name)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _version(self, conn: sqlite3.Connection) -> int:
+        try:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"'{self.path}' is not a readable SQLite ledger: {exc}") from None
+
+    def _dataset_row(self, conn: sqlite3.Connection, name: str) -> _DatasetRow:
+        row = conn.execute(
+            "SELECT epsilon, delta, created_at, neighbouring_relation, privacy_unit FROM datasets "
+            "WHERE name = ?",
+            (name,),
+        ).fetchone()
+        if row is None:
+            known = [r[0] for r in conn.execute("SELECT name FROM datasets ORDER BY name")]
+            raise ParameterError(
+                f"no dataset {name!r} in ledger '{self.path}' (known: {known or 'none'}); "
+                f"create it with 'dpmtv budget init {name} --epsilon E --delta D'"
+            )
+        return _DatasetRow(float(row[0]), float(row[1]), str(row[2]), str(row[3]), str(row[4]))
+
+    def _charges(self, conn: sqlite3.Connection, name: str) -> list[Charge]:
+        rows = conn.execute(
+            "SELECT charge_id, event_json, parameters_json, artifact, charged_at, epsilon_after, "
+            "written_at, tensors_sha256 FROM charges WHERE dataset = ? ORDER BY seq",
+            (name,),
+        ).fetchall()
+        return [
+            Charge(cid, name, charged_event_from_json(json.loads(ev)), json.loads(par), art, at, eps, wr, sha)
+            for cid, ev, par, art, at, eps, wr, sha in rows
+        ]
+
+    def _voids(self, conn: sqlite3.Connection, name: str) -> list[Void]:
+        rows = conn.execute(
+            "SELECT void_id, reason, parameters_json, artifact, voided_at, written_at, tensors_sha256 "
+            "FROM voids WHERE dataset = ? ORDER BY seq",
+            (name,),
+        ).fetchall()
+        return [
+            Void(vid, name, reason, json.loads(par), art, at, wr, sha)
+            for vid, reason, par, art, at, wr, sha in rows
+        ]
+
+
+def _check_same_relation(name: str, row: _DatasetRow | DatasetStatus, relation: str, unit: str) -> None:
+    fixed = (row.neighbouring_relation, row.privacy_unit)
+    if (relation, unit) != fixed:
+        raise ParameterError(
+            f"dataset {name!r} was created for {fixed[0]} per {fixed[1]}, and this build "
+            f"is {relation} per {unit}: releases under different neighbouring relations or "
+            f"privacy units do not compose into one guarantee. Build with --neighbouring-relation "
+            f"{fixed[0]} --privacy-unit {fixed[1]}, or use another dataset budget"
+        )
+
+
+def _check_fits(name: str, row: _DatasetRow, previous: list[ChargedEvent], event: ChargedEvent) -> float:
+    after = composed_epsilon([*previous, event], delta=row.delta)
+    if not after <= row.epsilon:  # also refuses NaN and inf (a non-private event)
+        before = composed_epsilon(previous, delta=row.delta)  # for the message only
+        raise BudgetExceededError(_refusal(name, row.epsilon, row.delta, before, after, len(previous)))
+    return after
+
+
+def _refusal(name: str, budget: float, delta: float, before: float, after: float, count: int) -> str:
+    headroom = max(0.0, budget - before)
+    return (
+        f"budget exceeded for dataset {name!r}: its {count} previous charge(s) spent epsilon = "
+        f"{before:.6g} of its budget epsilon = {budget:g} at delta = {delta:g} (remaining "
+        f"{headroom:.6g}); this release would bring the total to epsilon = {after:.6g}. Nothing "
+        "was charged and no noise was drawn; use a smaller --epsilon or a new dataset budget"
+    )
+
+
+def _absolute(artifact: str | Path | None) -> str | None:
+    """Artifacts are recorded by absolute path: a relative one is ambiguous in a shared ledger."""
+    return None if artifact is None else str(Path(artifact).resolve())
+
+
+def _now() -> str:
+    return now()

@@ -1,0 +1,337 @@
+"""The DP-MTV pipeline: partition → (select) → prompt → extract → clip → aggregate → noise once
+→ artifact.
+
+This module joins model plumbing (``extract``, :mod:`~dpmtv.pipeline.partition`) and privacy code
+(``dpmtv.privacy``); neither imports the other. The numbers are fixed in :mod:`dpmtv.pipeline.plan`,
+the chunks' work is :mod:`dpmtv.pipeline.tasks`. The un-noised mean lives only inside
+:func:`build_task_vector`.
+
+Order of a build, and why:
+
+1. validate, partition (data-independent), split the chunks for parallel composition;
+2. plan the release (σ) and, with private selection, the selection
+   (:func:`~dpmtv.pipeline.plan.plan_build`): all numbers fixed before any private value is
+   touched; with private selection Δ is the worst case over the ``k`` heads the selection may
+   pick, so it does not depend on the (noisy) choice;
+3. ``before_noise`` (the ledger charge) runs exactly once, right before the first noise draw:
+   before the selection's noisy top-k, or else just before the release noise;
+4. extract, clip and sum the release chunks; noise once; write the artifact atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpmtv.data.overlap import check_public_inputs
+from dpmtv.data.records import Record, load_records
+from dpmtv.errors import ParameterError, RecordError
+from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.extract import mean_selected_heads
+from dpmtv.heads import HeadSet
+from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.metadata import artifact_metadata
+from dpmtv.pipeline.plan import (
+    BuildLayout,
+    BuildPlan,
+    count_notes,
+    layer_dims,
+    plan_build,
+    plan_layout,
+    plan_release,
+    selection_pool,
+    weak_signal_notes,
+)
+from dpmtv.pipeline.settings import (
+    BuildSettings,
+    Centring,
+    PrivateSelectionSettings,
+    QueryKind,
+)
+from dpmtv.pipeline.tasks import sum_clipped_chunks
+from dpmtv.privacy import (
+    ClippedSumAccumulator,
+    derive_insecure_seed,
+    make_sampler,
+    seeded_rng,
+    validate_epsilon_delta,
+)
+from dpmtv.privacy.disjoint import ChargedEvent
+from dpmtv.privacy.release import NoisedVector, release_clipped_sum
+from dpmtv.prompt_budget import resolve_max_prompt_tokens
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, blank_image, chunk_prompt
+from dpmtv.selection.private import select_private
+from dpmtv.selection.result import SelectionResult
+from dpmtv.vector import TaskVector, save_task_vector
+
+__all__ = [
+    "DEFAULT_QUERY_QUESTION",
+    "BuildResult",
+    "BuildSettings",
+    "Centring",
+    "PrivateSelectionSettings",
+    "QueryKind",
+    "build_task_vector",
+    "build_task_vectors_for_epsilons",
+    "reference_activations",
+]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    vector: TaskVector
+    path: Path | None
+    num_unused_records: int
+    warnings: tuple[str, ...]
+    charged_event: ChargedEvent | None  # what ``before_noise`` was given
+
+
+BeforeNoise = Callable[[ChargedEvent], None]
+
+
+def build_task_vector(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet | None,
+    settings: BuildSettings,
+    *,
+    out: str | Path | None = None,
+    before_noise: BeforeNoise | None = None,
+    executor: Executor | None = None,
+) -> BuildResult:
+    """Build a private task vector from ``records`` and (optionally) write it to ``out``.
+
+    ``heads`` is the released head set, or None with ``settings.private_selection``.
+    ``before_noise(event)`` is called once, just before the first noise draw (for a non-private
+    build, just before the release), with the build's accounting event (e.g. a ledger charge);
+    if it raises, no noise is drawn and nothing written. Its ``preview(event)``, if it has one,
+    runs right after planning, before any forward pass. ``executor`` computes the selection
+    chunks' votes and sums the release chunks' clipped vectors (default: this process;
+    :class:`dpmtv.distributed.RayExecutor` on Ray workers); noise is added here, once, either way.
+    """
+    notes = _validate(settings, records, heads)
+    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    settings = _with_prompt_budget(loaded, settings)
+    plan = plan_build(loaded, records, heads, settings)
+    layout = plan.layout
+    charge = _ChargeOnce(before_noise, plan.event)  # a ledger's preview runs here, before any data
+
+    head_selection = settings.head_selection
+    if heads is None:
+        charge()
+        selection = _select_privately(loaded, records, plan, settings, executor)
+        heads, head_selection = selection.heads, selection.to_metadata()
+
+    reference = reference_activations(loaded, heads, settings)
+    accumulator = sum_clipped_chunks(
+        loaded,
+        records,
+        layout.release_part,
+        heads,
+        settings,
+        reference,
+        layout.l2_clip_norms,
+        executor=executor,
+    )
+    noised = release_clipped_sum(
+        accumulator,
+        num_chunks=layout.release_part.num_chunks,
+        plan=plan.release,
+        sampler=plan.sampler,
+        before_noise=charge,  # a non-private build is recorded too (a ledger voids the dataset)
+        allow_non_private=settings.non_private,
+        l2_sensitivity=layout.l2_sensitivity,
+    )
+    workers = (executor or LocalExecutor()).workers
+    vector = _task_vector(loaded, heads, settings, layout, reference, noised, head_selection, workers=workers)
+    path = save_task_vector(vector, out) if out is not None else None
+    num_unused = layout.chunked.partition.num_unused
+    return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
+
+
+def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSettings:
+    """The settings with the prompt budget resolved (None: the model's position limit), once."""
+    budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
+    return replace(settings, max_prompt_tokens=budget)
+
+
+def _task_vector(
+    loaded: LoadedModel,
+    heads: HeadSet,
+    settings: BuildSettings,
+    layout: BuildLayout,
+    reference: dict[int, np.ndarray],
+    noised: NoisedVector,
+    head_selection: dict[str, Any],
+    *,
+    workers: int = 1,
+) -> TaskVector:
+    """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
+    head_dim = loaded.adapter.geometry.head_dim
+    reference_rows = _per_head_rows(reference, heads, head_dim)
+    return TaskVector(
+        heads=heads,
+        values=(_per_head_rows(noised.layers, heads, head_dim) + reference_rows).astype(np.float32),
+        metadata=artifact_metadata(
+            loaded,
+            heads,
+            settings,
+            noised.plan,
+            layout.l2_clip_norms,
+            layout.release_part,
+            layout.chunked,
+            head_selection,
+            workers=workers,
+        ),
+        reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
+    )
+
+
+class _ChargeOnce:
+    """Calls ``before_noise(event)`` the first time it is called, never again.
+
+    If ``before_noise`` has a ``preview(event)`` method (a ledger charge does), it is called at
+    once, i.e. right after planning and before any forward pass, so that a build its ledger
+    would refuse fails before its expensive part."""
+
+    def __init__(self, before_noise: BeforeNoise | None, event: ChargedEvent) -> None:
+        self._before_noise, self.event, self.done = before_noise, event, False
+        preview = getattr(before_noise, "preview", None)
+        if preview is not None:
+            preview(event)
+
+    def __call__(self) -> None:
+        if not self.done and self._before_noise is not None:
+            self._before_noise(self.event)
+        self.done = True
+
+
+def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet | None) -> list[str]:
+    if not records:
+        raise RecordError("no records to build from")
+    if (heads is None) == (settings.private_selection is None):
+        raise ParameterError("give either a head set or private selection settings, not both or neither")
+    if settings.non_private:
+        return ["NON-PRIVATE build: no noise is added and no privacy guarantee holds"]
+    validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)
+    return []
+
+
+def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
+    """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
+    center = {"--center": str(settings.center_records)} if settings.center is Centring.PUBLIC_RECORDS else {}
+    query = {"--query": str(settings.query_image)} if settings.query is QueryKind.PUBLIC_IMAGE else {}
+    return {"public_records": center, "public_images": query}
+
+
+def _select_privately(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    plan: BuildPlan,
+    settings: BuildSettings,
+    executor: Executor | None,
+) -> SelectionResult:
+    """The private head selection on the plan's selection chunks (its noise is drawn here)."""
+    selection_plan = plan.selection
+    if selection_plan is None:  # _validate: no head set comes with private selection settings
+        raise ParameterError("private selection needs private selection settings")
+    seed = settings.insecure_seed
+    rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
+    return select_private(
+        loaded,
+        records,
+        plan.layout.selection_part,
+        shots_per_chunk=settings.shots_per_chunk,
+        plan=selection_plan,
+        pool=selection_pool(settings, loaded.adapter.geometry),
+        max_prompt_tokens=settings.max_prompt_tokens,
+        rng=rng,
+        progress=settings.progress,
+        executor=executor,
+    )
+
+
+def reference_activations(
+    loaded: LoadedModel, heads: HeadSet, settings: BuildSettings
+) -> dict[int, np.ndarray]:
+    """Public centring reference per layer (zero when not centring)."""
+    if settings.center is Centring.NONE:
+        return {layer: np.zeros(dim) for layer, dim in layer_dims(loaded, heads).items()}
+    if settings.center is Centring.BLANK:
+        prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
+    else:
+        public, question = load_records(str(settings.center_records)), settings.query_question
+        size = max(1, min(settings.shots_per_chunk, len(public)))
+        prompts = [
+            chunk_prompt(public[start : start + size], query=settings.query_source, query_question=question)
+            for start in range(0, len(public) - size + 1, size)
+        ]
+    return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)
+
+
+def _per_head_rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
+    """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
+    return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
+
+
+def build_task_vectors_for_epsilons(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet,
+    settings: BuildSettings,
+    *,
+    epsilons: Sequence[float],
+) -> list[BuildResult]:
+    """EXPERIMENTS ONLY (seeded noise): the build at each ε of ``epsilons`` from ONE extraction.
+
+    Result ``i`` is what :func:`build_task_vector` returns for ``replace(settings,
+    epsilon=epsilons[i])`` (nothing written): the seed fixes the partition and the noise draws, so
+    only σ differs — but the chunks go through the model once instead of once per ε (as the demo
+    does). Releasing one dataset at several ε composes; that is why the seeded mode is required.
+    """
+    if settings.insecure_seed is None or settings.non_private or settings.private_selection is not None:
+        raise ParameterError(
+            "several releases from one extraction are for seeded experiments with a fixed head set "
+            "(insecure_seed set, no private selection, not non-private): one dataset released at "
+            "several ε composes"
+        )
+    _validate(settings, records, heads)
+    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    settings = _with_prompt_budget(loaded, settings)
+    layout = plan_layout(loaded, records, heads, settings)
+    reference = reference_activations(loaded, heads, settings)
+    sums = sum_clipped_chunks(
+        loaded, records, layout.release_part, heads, settings, reference, layout.l2_clip_norms
+    )
+    return [
+        _release_from_sums(loaded, heads, replace(settings, epsilon=e), layout, reference, sums)
+        for e in epsilons
+    ]
+
+
+def _release_from_sums(
+    loaded: LoadedModel,
+    heads: HeadSet,
+    settings: BuildSettings,
+    layout: BuildLayout,
+    reference: dict[int, np.ndarray],
+    sums: ClippedSumAccumulator,
+) -> BuildResult:
+    """One seeded release of the clipped ``sums`` at ``settings.epsilon`` (a fresh sampler from the
+    seed, as a build at that ε would draw)."""
+    validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)
+    notes = count_notes(layout.chunked, settings)
+    sampler = make_sampler(settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=True)
+    plan = plan_release(settings, layout.l2_sensitivity, sampler, None)
+    notes += weak_signal_notes(loaded, heads, plan, layout.l2_clip_norms)
+    release = ClippedSumAccumulator(sums.layer_dims)
+    release.merge(sums)  # a copy: ``mean`` finalises its accumulator
+    noised = release_clipped_sum(
+        release, num_chunks=layout.release_part.num_chunks, plan=plan, sampler=sampler
+    )
+    vector = _task_vector(loaded, heads, settings, layout, reference, noised, settings.head_selection)
+    return BuildResult(vector, None, layout.chunked.partition.num_unused, tuple(notes), None)

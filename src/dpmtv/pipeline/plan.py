@@ -1,0 +1,229 @@
+"""What a build fixes before it reads any private value: the partition and its split for private
+selection, the clip norms and Δ, the selection and release plans (σ), the accounting event the
+ledger charges, and the operator's notes. Every number here is a function of public settings and
+of the partition's layout, never of a private value (docs/design.md §2, steps 1-2)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dp_accounting
+
+from dpmtv.data.records import Record
+from dpmtv.heads import HeadSet, parse_head_spec
+from dpmtv.models.base import HeadGeometry
+from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.partition import parallel_composition_halves, partition_records
+from dpmtv.pipeline.settings import BuildSettings
+from dpmtv.privacy import (
+    Partition,
+    PrivacyUnit,
+    PrivatePartition,
+    l2_sensitivity,
+    make_sampler,
+    parse_l2_clip_norms,
+)
+from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
+from dpmtv.privacy.noise import NoiseSampler
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
+from dpmtv.privacy.relation import AdjacencyRelation
+from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release
+from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
+
+__all__ = ["BuildLayout", "BuildPlan", "plan_build", "plan_layout"]
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """What a build fixes before it reads any private value: the partition (with its private
+    counts), the selection and release chunks, the clip norms and the release's Δ.
+
+    :func:`build_task_vector` and the sensitivity audit (:mod:`dpmtv.audit.sensitivity`) both
+    get it from :func:`plan_layout`, so the audit measures the build's own wiring and Δ."""
+
+    chunked: PrivatePartition
+    selection_part: Partition
+    release_part: Partition
+    l2_clip_norms: dict[int, float]
+    l2_sensitivity: float
+
+
+def plan_layout(
+    loaded: LoadedModel, records: Sequence[Record], heads: HeadSet | None, settings: BuildSettings
+) -> BuildLayout:
+    """Partition ``records`` for the settings' privacy unit and relation, split the chunks for
+    private selection, and compute Δ over the released (or candidate) layers."""
+    chunked = partition_records(
+        records,
+        unit=settings.privacy_unit,
+        relation=settings.relation,
+        shots_per_chunk=settings.shots_per_chunk,
+        num_chunks=settings.num_chunks,
+        max_records_per_user=settings.max_records_per_user,
+        insecure_seed=settings.insecure_seed,
+    )
+    selection_part, release_part = _split_for_selection(chunked.partition, settings)
+    geometry = loaded.adapter.geometry
+    candidate_layers = heads.layers if heads is not None else selection_pool(settings, geometry).layers
+    clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
+    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, settings.relation)
+    return BuildLayout(chunked, selection_part, release_part, clip_norms, sensitivity)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """A build's plan: its layout, noise sampler, selection and release plans (``release`` is
+    None for a non-private build), the event the ledger charges, and the notes for the operator."""
+
+    layout: BuildLayout
+    sampler: NoiseSampler
+    selection: PrivateSelectionPlan | None
+    release: GaussianReleasePlan | None
+    event: ChargedEvent
+    notes: tuple[str, ...]
+
+
+def plan_build(
+    loaded: LoadedModel, records: Sequence[Record], heads: HeadSet | None, settings: BuildSettings
+) -> BuildPlan:
+    """Fix every number of the build from public settings and the partition's layout."""
+    sampler = make_sampler(
+        settings.noise_sampler, seed=settings.insecure_seed, allow_insecure_seed=settings.allow_insecure_seed
+    )
+    layout = plan_layout(loaded, records, heads, settings)
+    notes = count_notes(layout.chunked, settings, stacklevel=4)
+    selection = _plan_selection(settings)
+    release = plan_release(settings, layout.l2_sensitivity, sampler, selection)
+    notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
+    return BuildPlan(layout, sampler, selection, release, build_event(release, selection), tuple(notes))
+
+
+def count_notes(chunked: PrivatePartition, settings: BuildSettings, *, stacklevel: int = 3) -> list[str]:
+    """Notes that depend on the private data's size, for the operator only (never stored).
+
+    δ is compared with the number of protected units (records, or users at user level): a
+    δ >= 1/#units permits releasing one unit's data outright. Under add-remove-one and user level
+    the counts are private, so a note names them only with ``show_private_counts``.
+    """
+    show = settings.show_private_counts or chunked.counts_are_public
+    user = settings.privacy_unit is PrivacyUnit.USER
+    units, name = chunked.num_protected_units, "users" if user else "records"
+    notes = []
+    if not settings.non_private and units > 0 and settings.delta >= 1.0 / units:
+        count = (
+            f" = {1.0 / units:g} for {units} {name}" if show else f" (--show-private-counts shows #{name})"
+        )
+        notes.append(
+            f"delta = {settings.delta:g} is >= 1/#{name}{count}; such a delta permits leaking one "
+            f"of the {name} outright; choose delta well below 1/#{name}"
+        )
+        warnings.warn(notes[-1], stacklevel=stacklevel)
+    if user:
+        notes.append(
+            f"user level: {chunked.describe_counts()} (private counts: shown to you, never stored)"
+            if settings.show_private_counts
+            else "user level: records beyond --max-records-per-user are dropped; how many is a "
+            "private count (--show-private-counts shows it; it is never stored)"
+        )
+    return notes
+
+
+def _split_for_selection(partition: Partition, settings: BuildSettings) -> tuple[Partition, Partition]:
+    """(selection chunks, release chunks): all and all (sequential), or disjoint halves."""
+    selection = settings.private_selection
+    if selection is None or selection.composition == "sequential":
+        return partition, partition
+    return parallel_composition_halves(partition)
+
+
+def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
+    selection = settings.private_selection
+    if selection is None:
+        return None
+    return plan_private_selection(
+        total_epsilon=settings.epsilon,
+        total_delta=settings.delta,
+        k=selection.k,
+        max_votes_per_chunk=selection.max_votes_per_chunk,
+        selection_fraction=selection.selection_fraction,
+        composition=selection.composition,
+    )
+
+
+def selection_pool(settings: BuildSettings, geometry: HeadGeometry) -> HeadSet:
+    """Private selection's public candidate heads."""
+    pool = "all" if settings.private_selection is None else settings.private_selection.pool
+    return parse_head_spec(pool, geometry)
+
+
+def _sensitivity(
+    clip_norms: dict[int, float],
+    heads: HeadSet | None,
+    settings: BuildSettings,
+    num_chunks: int,
+    relation: AdjacencyRelation,
+) -> float:
+    """Δ over the released layers; with private selection, the worst case over the at most
+    min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent)."""
+    norms = [clip_norms[layer] for layer in (heads.layers if heads is not None else clip_norms)]
+    if heads is None and settings.private_selection is not None:
+        norms = sorted(norms, reverse=True)[: settings.private_selection.k]
+    return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=relation)
+
+
+def plan_release(
+    settings: BuildSettings,
+    sensitivity: float,
+    sampler: NoiseSampler,
+    selection_plan: PrivateSelectionPlan | None,
+) -> GaussianReleasePlan | None:
+    if settings.non_private:
+        return None
+    fixed = selection_plan.fixed_events if selection_plan is not None else ()
+    return plan_gaussian_release(
+        l2_sensitivity=sensitivity,
+        epsilon=settings.epsilon,
+        delta=settings.delta,
+        sampler=sampler,
+        fixed_events=fixed,
+    )
+
+
+def build_event(
+    plan: GaussianReleasePlan | None, selection_plan: PrivateSelectionPlan | None
+) -> ChargedEvent:
+    """What the build costs, for the ledger. Sequential: the plan's composed event. Parallel
+    composition (selection and release on disjoint halves): :class:`DisjointReleases` of the
+    two, which costs the worse of them, not their composition (see :mod:`dpmtv.privacy.disjoint`)."""
+    if plan is None:
+        return dp_accounting.NonPrivateDpEvent()
+    if selection_plan is None or selection_plan.composition == "sequential":
+        return plan.event
+    return DisjointReleases((selection_plan.event, plan.event))
+
+
+def weak_signal_notes(
+    loaded: LoadedModel,
+    heads: HeadSet | None,
+    plan: GaussianReleasePlan | None,
+    clip_norms: dict[int, float],
+    *,
+    stacklevel: int = 3,
+) -> list[str]:
+    """Warn (at once, and in the result) when the expected noise norm of a released layer exceeds
+    its signal bound C_l; heads chosen privately are not known yet, so that case is skipped."""
+    if plan is None or heads is None:
+        return []
+    layers = signal_to_noise_per_layer(
+        noise_std=plan.noise_std, l2_clip_norms=clip_norms, num_coordinates=layer_dims(loaded, heads)
+    )
+    notes = weak_signal_warnings(layers)
+    for note in notes:
+        warnings.warn(note, stacklevel=stacklevel)
+    return notes
+
+
+def layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
+    return {layer: len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim for layer in heads.layers}

@@ -1,0 +1,190 @@
+"""The typed, validated settings of a build: every public choice, checked once when constructed.
+
+Keyword-only, frozen, enums for the choices that decide the guarantee (privacy unit, neighbouring
+relation) and the prompt (query, centring). The enums are ``str`` enums, so ``"user"`` and
+``PrivacyUnit.USER`` are both accepted and compare equal; a ``query``/``center`` string that names
+no kind is read as a path (the CLI's form) and moved to ``query_image``/``center_records``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dpmtv.errors import ParameterError
+from dpmtv.privacy import AdjacencyRelation, parse_relation
+from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
+
+__all__ = [
+    "DEFAULT_L2_CLIP_NORM",
+    "DEFAULT_SHOTS_PER_CHUNK",
+    "BuildSettings",
+    "Centring",
+    "PrivateSelectionSettings",
+    "QueryKind",
+]
+
+# The CLI defaults of `build`, `eval` and `plan` (one place, so the three agree): s = 8 records per
+# chunk and C = 5 per layer, the scale of the embedded model's public clip norms. C changes the
+# utility, not the guarantee (Δ scales with C and σ with Δ); `--l2-clip-norm auto` picks it from
+# public records.
+DEFAULT_SHOTS_PER_CHUNK = 8
+DEFAULT_L2_CLIP_NORM = 5.0
+
+
+class QueryKind(str, Enum):
+    """Each chunk's query: one of its records (answer withheld), a blank image, or a public image."""
+
+    RECORD = "record"
+    BLANK = "blank"
+    PUBLIC_IMAGE = "public-image"
+
+
+class Centring(str, Enum):
+    """The public reference subtracted before clipping."""
+
+    NONE = "none"
+    BLANK = "blank"
+    PUBLIC_RECORDS = "public-records"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateSelectionSettings:
+    """Private head selection inside the build (DP-MTV, arXiv 2603.04894): each chunk votes for
+    its top-k' heads, a one-shot noisy top-k picks ``k``. ``composition``: "sequential"
+    (selection and release on all chunks, the budget split by ``selection_fraction``) or
+    "parallel" (disjoint halves of the chunks, each step at the full budget, m/2 chunks each)."""
+
+    k: int
+    selection_fraction: float = 0.5
+    composition: str = "sequential"
+    max_votes_per_chunk: int | None = None
+    pool: str = "all"  # public head spec of the candidates
+
+    def __post_init__(self) -> None:
+        if self.composition not in ("sequential", "parallel"):
+            raise ParameterError(
+                f"selection composition must be 'sequential' or 'parallel', got {self.composition!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    """Everything a build needs besides the model, the records and the head set.
+
+    ``neighbouring_relation`` None means the unit's own relation: replace-one for records,
+    add-remove-one for users (the only one user level supports). ``num_chunks`` is required
+    exactly when the relation is add-remove-one, ``max_records_per_user`` exactly at user level.
+    """
+
+    epsilon: float
+    delta: float
+    l2_clip_norm: tuple[float, ...]  # one value, or one per released layer (per pool layer)
+    shots_per_chunk: int  # records per chunk (s); with query RECORD s-1 are demonstrations
+    privacy_unit: PrivacyUnit = PrivacyUnit.RECORD
+    neighbouring_relation: AdjacencyRelation | None = None
+    num_chunks: int | None = None  # public m (add-remove-one, user level)
+    max_records_per_user: int | None = None  # public cap k (user level)
+    query: QueryKind = QueryKind.RECORD
+    query_image: Path | None = None  # the public image of QueryKind.PUBLIC_IMAGE
+    query_question: str = DEFAULT_QUERY_QUESTION  # public; used with blank/public queries
+    center: Centring = Centring.NONE
+    center_records: Path | None = None  # the public records of Centring.PUBLIC_RECORDS
+    batch_size: int = 4
+    noise_sampler: str = "opendp"
+    insecure_seed: int | None = None  # seeds EVERY random choice of the build (INSECURE)
+    allow_insecure_seed: bool = False
+    non_private: bool = False
+    show_private_counts: bool = False  # N, #users, dropped records in the notes (never stored)
+    private_selection: PrivateSelectionSettings | None = None
+    head_selection: dict[str, Any] = field(default_factory=lambda: {"method": "user"})
+    progress: bool = True
+    # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
+    # follow dpmtv.prompt_budget.OVER_LENGTH_RULE. Private chunks are never batched together.
+    max_prompt_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        unit = parse_privacy_unit(self.privacy_unit)
+        relation = relation_for_unit(unit, self.neighbouring_relation)
+        self._set(privacy_unit=unit, neighbouring_relation=relation)
+        self._set(l2_clip_norm=tuple(self.l2_clip_norm))
+        self._set_query()
+        self._set_center()
+        _check_counts(self)
+        if self.non_private and self.private_selection is not None:
+            raise ParameterError("private head selection makes no sense in a non-private build")
+
+    @property
+    def relation(self) -> AdjacencyRelation:
+        """The resolved neighbouring relation (never None after construction)."""
+        return relation_for_unit(self.privacy_unit, self.neighbouring_relation)
+
+    @property
+    def query_source(self) -> str:
+        """The query as :func:`~dpmtv.prompts.chunk_prompt` takes it: "record", "blank", a path."""
+        return str(self.query_image) if self.query is QueryKind.PUBLIC_IMAGE else self.query.value
+
+    @property
+    def center_source(self) -> str:
+        """ "none", "blank" or the public records' path."""
+        return str(self.center_records) if self.center is Centring.PUBLIC_RECORDS else self.center.value
+
+    def _set(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def _set_query(self) -> None:
+        kind, image = _kind_or_path(QueryKind, self.query, self.query_image, QueryKind.PUBLIC_IMAGE, "query")
+        self._set(query=kind, query_image=image)
+
+    def _set_center(self) -> None:
+        kind, records = _kind_or_path(
+            Centring, self.center, self.center_records, Centring.PUBLIC_RECORDS, "center"
+        )
+        self._set(center=kind, center_records=records)
+
+
+def relation_for_unit(unit: PrivacyUnit | str, relation: AdjacencyRelation | str | None) -> AdjacencyRelation:
+    """The build's relation: the one given, or the unit's own (replace-one for records,
+    add/remove-one for users)."""
+    unit = PrivacyUnit(unit)
+    if relation is None:
+        return AdjacencyRelation.ADD_REMOVE_ONE if unit is PrivacyUnit.USER else AdjacencyRelation.REPLACE_ONE
+    return parse_relation(relation)  # user level with replace-one: refused by _check_counts
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def _kind_or_path(
+    kinds: type[E], value: E | str | Path, path: Path | None, path_kind: E, name: str
+) -> tuple[E, Path | None]:
+    """(kind, path): an enum member or its value; any other string is a path of ``path_kind``."""
+    if isinstance(value, kinds):
+        kind = value
+    elif isinstance(value, (str, Path)) and str(value) in {k.value for k in kinds}:
+        kind = kinds(str(value))
+    elif isinstance(value, (str, Path)) and path is None:
+        kind, path = path_kind, Path(value)
+    else:
+        raise ParameterError(f"{name} must be one of {[k.value for k in kinds]} or a path, got {value!r}")
+    if (kind is path_kind) != (path is not None):
+        raise ParameterError(f"{name} {kind.value!r} and its path {path!r} do not go together")
+    return kind, None if path is None else Path(path)
+
+
+def _check_counts(settings: BuildSettings) -> None:
+    """Public counts that the unit and relation need (or must not be given)."""
+    for name in ("shots_per_chunk", "batch_size"):
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    check_partition_parameters(
+        unit=settings.privacy_unit,
+        relation=settings.relation,
+        num_chunks=settings.num_chunks,
+        max_records_per_user=settings.max_records_per_user,
+    )

@@ -1,0 +1,167 @@
+"""The build's chunk tasks (:class:`dpmtv.executor.ChunkTask`), each a function of one chunk's
+records at a time, run by an executor in this process or on Ray workers:
+
+* :class:`ClippedSum` — the build's release: the sum of the chunks' clipped vectors (the build
+  takes its mean and adds noise once, on the driver);
+* :class:`ClippedRows` — the sensitivity audit (:mod:`dpmtv.audit.sensitivity`): the clipped
+  vector of each chunk, kept in the driver's memory.
+
+Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, one forward
+pass per chunk, centring, per-layer clipping), so distributed results are the local ones computed
+in pieces. (Private selection's votes are :class:`dpmtv.selection.private.HeadVotes`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from dpmtv._progress import progress_bar
+from dpmtv.data.records import Record
+from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.extract import extract_each_chunk
+from dpmtv.heads import HeadSet
+from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.partition import ChunkPrompts
+from dpmtv.pipeline.settings import BuildSettings
+from dpmtv.privacy import ClippedSumAccumulator, Partition, clip_l2_per_layer
+from dpmtv.prompt_budget import resolve_max_prompt_tokens
+
+__all__ = ["ChunkJob", "ClippedRows", "ClippedSum", "iter_clipped_chunks", "sum_clipped_chunks"]
+
+
+def iter_clipped_chunks(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    heads: HeadSet,
+    settings: BuildSettings,
+    reference: dict[int, np.ndarray],
+    clip_norms: dict[int, float],
+) -> Iterator[dict[int, np.ndarray]]:
+    """Per non-empty chunk: the selected heads' last-token outputs, centred and clipped per
+    layer, ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
+    chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
+    rule drops yields zero rows (it contributes nothing). These are private, un-noised per-chunk
+    values: the build sums them away at once; experiments (audits, sweeps) may hold them in
+    memory, never write them."""
+    prompts = ChunkPrompts(
+        records,
+        partition,
+        shots_per_chunk=settings.shots_per_chunk,
+        query=settings.query_source,
+        query_question=settings.query_question,
+    )
+    budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
+    with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
+        for activations in extract_each_chunk(loaded.adapter, prompts, heads, max_prompt_tokens=budget):
+            if activations is None:  # dropped by the public rule: no contribution
+                yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
+            else:
+                centred = {layer: values - reference[layer] for layer, values in activations.items()}
+                yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
+            advance(1)
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """What every chunk of one extraction shares, all public: the heads, the build settings
+    (prompt format, token budget), the centring reference and the clip norms."""
+
+    heads: HeadSet
+    settings: BuildSettings
+    reference: dict[int, np.ndarray]  # layer -> (k_l*d,)
+    l2_clip_norms: dict[int, float]
+
+    @property
+    def layer_dims(self) -> dict[int, int]:
+        return {layer: int(np.size(self.reference[layer])) for layer in self.heads.layers}
+
+    @property
+    def shots_per_chunk(self) -> int:
+        return self.settings.shots_per_chunk
+
+    def clipped_chunks(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> Iterator[dict[int, np.ndarray]]:
+        """:func:`iter_clipped_chunks` with this job: per non-empty chunk, ``{layer: (1, k_l*d)}``."""
+        settings = dataclasses.replace(self.settings, progress=progress)
+        return iter_clipped_chunks(
+            loaded, records, partition, self.heads, settings, self.reference, self.l2_clip_norms
+        )
+
+
+@dataclass(frozen=True)
+class _ClippedChunksTask:
+    """What the build's extraction tasks share: the job, and the records a chunk sends."""
+
+    job: ChunkJob
+    description: ClassVar[str] = "extracting chunks"
+
+    @property
+    def shots_per_chunk(self) -> int:
+        return self.job.shots_per_chunk
+
+
+@dataclass(frozen=True)
+class ClippedSum(_ClippedChunksTask):
+    """The sum of the chunks' clipped vectors, ``Σ_j â_j`` per layer (un-noised)."""
+
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> ClippedSumAccumulator:
+        accumulator = ClippedSumAccumulator(self.job.layer_dims)
+        for clipped in self.job.clipped_chunks(loaded, records, partition, progress=progress):
+            accumulator.add(clipped)
+        return accumulator
+
+    def combine(self, results: list[ClippedSumAccumulator]) -> ClippedSumAccumulator:
+        """Added in the order given (chunk order), so that the sum does not depend on which worker
+        finished first (float addition is not associative)."""
+        total = ClippedSumAccumulator(self.job.layer_dims)
+        for accumulator in results:
+            total.merge(accumulator)
+        return total
+
+
+@dataclass(frozen=True)
+class ClippedRows(_ClippedChunksTask):
+    """Each non-empty chunk's clipped vector, layers concatenated, float64 ``(chunks, Σ k_l*d)``.
+    Private and un-noised: for audits and experiments that hold them in memory, never write them."""
+
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> np.ndarray:
+        layers = self.job.heads.layers
+        rows = [
+            np.concatenate([clipped[layer] for layer in layers], axis=1).astype(np.float64)
+            for clipped in self.job.clipped_chunks(loaded, records, partition, progress=progress)
+        ]
+        return np.concatenate(rows) if rows else np.zeros((0, sum(self.job.layer_dims.values())))
+
+    def combine(self, results: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(results)
+
+
+def sum_clipped_chunks(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    heads: HeadSet,
+    settings: BuildSettings,
+    reference: dict[int, np.ndarray],
+    l2_clip_norms: dict[int, float],
+    *,
+    executor: Executor | None = None,
+) -> ClippedSumAccumulator:
+    """The sum of every chunk's clipped vector, ``Σ_j â_j`` per layer, by ``executor`` (default:
+    this process). Un-noised: the caller takes the mean and noises it once."""
+    task = ClippedSum(ChunkJob(heads, settings, reference, l2_clip_norms))
+    total: ClippedSumAccumulator = (executor or LocalExecutor()).run(
+        loaded, records, partition, task, progress=settings.progress
+    )
+    return total
