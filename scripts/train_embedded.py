@@ -1,11 +1,12 @@
 #!/usr/bin/env python
-"""Train dpmtv's embedded default model from scratch (issue 3).
+"""Train dpmtv's embedded default model (issue 3; rule space v3: issue 24).
 
 A ~1.2 M-parameter ``LlavaForConditionalGeneration`` (CLIP vision tower + Llama text model, see
 ``dpmtv.embedded.checkpoint_format``) learns the embedded task family in context: random
-episodes of 16-64 shots of one task each (by default 15 % naming, 25 % single-value predicates
-and negations, 30 % label-balanced conjunctions/disjunctions, 30 % label maps with fresh nonce
-words; held-out predicates and their complements never occur), loss on every answer token, AdamW
+episodes of 16-64 shots of one task each (by default ``gen.TRAINING_MIX``: naming, single values,
+two-literal and/or, xor, three-literal rules and label maps over one attribute or a pair, with
+fresh nonce words; every table the public hold-out rule ``dpmtv.embedded.rulespace.trained``
+calls untrained never occurs), loss on every answer token, AdamW
 with warm-up and cosine decay, plus an auxiliary attribute-probe loss on the pooled projected
 image tokens (a training aid: the probes are discarded).
 

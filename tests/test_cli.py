@@ -162,11 +162,17 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
     assert "keeps" in result.output and "differentially private" in result.output
     rows = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in rows} == {"zero-shot", "icl-16 (non-private)", "mtv (non-private)", "dp-mtv"}
-    assert all(set(r) == {"method", "task", "held_out", "epsilon", "seed", "accuracy"} for r in rows)
+    keys = {"method", "task", "group", "held_out", "epsilon", "seed", "accuracy"}
+    assert all(
+        set(r) - {"demos_with_deciding_cell"} == keys | {"deciding_accuracy", "deciding_count"} for r in rows
+    )
     held_out = {r["task"] for r in rows if r["held_out"]}
     assert held_out == {"is_green"}  # quick mode: one never-trained task beside three seen ones
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["summary"]) == {"seen", "held_out"}
+    ceiling = summary["per_task"]["is_green"]["ceiling"]
+    assert 0 < ceiling["accuracy"] < 1 and not summary["per_task"]["is_green"]["trained"]
+    assert all(r["deciding_count"] == 0 for r in rows if not r["held_out"])  # a trained table decides nothing
     assert [r["method"] for r in summary["icl_by_shots"]["held_out"]] == [
         f"icl-{k} (non-private)" for k in (1, 4, 16, 64)
     ]

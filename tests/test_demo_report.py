@@ -40,3 +40,19 @@ def test_cells_carry_the_spread_over_seeds_and_the_note_says_why():
     (cell,) = _group_cells({"seen": [single]}, single)
     assert cell == "0.500"  # one seed: no spread to show
     assert "fresh partition" in RERUN_NOTE and "fresh noise" in RERUN_NOTE
+
+
+def test_shots_plot_draws_every_group(tmp_path):
+    """Label maps and typed rules are groups of their own; the shots plot has a colour for each
+    (the first --rule run raised KeyError 'rules' there, after an hour of scoring)."""
+    from dpmtv.demo.report import _plot_shots
+
+    def rows(acc):
+        return [
+            {"method": f"icl-{k} (non-private)", "epsilon": None, "accuracy": acc, "ci95": None}
+            for k in (1, 4)
+        ]
+
+    shots = {g: rows(0.5) for g in ("seen", "held_out", "label_maps", "rules")}
+    _plot_shots(shots, {}, tmp_path / "shots.png")
+    assert (tmp_path / "shots.png").read_bytes()[:4] == b"\x89PNG"

@@ -57,8 +57,15 @@ def test_canary_power_catches_a_small_sigma_and_not_the_correct_one(canary_setup
 
     canary, clip, _ = canary_setup
     power = canary_power(
-        canary, l2_clip_norms=clip, epsilon=1.0, delta=1e-5, confidence=0.95, trials=2000,
-        fractions=(1.0, 0.02), repetitions=3, seed=5,
+        canary,
+        l2_clip_norms=clip,
+        epsilon=1.0,
+        delta=1e-5,
+        confidence=0.95,
+        trials=2000,
+        fractions=(1.0, 0.02),
+        repetitions=3,
+        seed=5,
     )
     assert power["flag_rate_by_sigma_fraction"]["0.02"] == 1.0
     assert power["flag_rate_by_sigma_fraction"]["1"] == 0.0

@@ -8,7 +8,7 @@ import pytest
 from dpmtv.embedded import generator as gen
 
 
-def test_task_suite_marks_seen_and_ten_held_out_predicates():
+def test_task_suite_marks_seen_and_held_out_predicates():
     tasks = gen.task_suite()
     names = [t.name for t in tasks]
     assert len(set(names)) == len(names)

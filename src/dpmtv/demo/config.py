@@ -34,10 +34,11 @@ class DemoConfig:
     shared_heads: bool = False  # True: one head set for all tasks; False: each task's public selection
     shot_curve: tuple[int, ...] = (1, 4, 16, 64)  # ICL shots for the accuracy-vs-shots plot
     shot_curve_queries: int = 16  # the first test queries of each task, for the shots plot
+    rules: tuple[str, ...] = ()  # typed rules (dpmtv demo --rule), reported like held-out tasks
 
 
 def default_config(*, quick: bool) -> DemoConfig:
-    names = tuple(task.name for task in task_suite())
+    names = tuple(task.name for task in task_suite(label_maps=True))
     if quick:
         return DemoConfig(
             tasks=("name_colour", "is_big", "is_red", "is_green"),

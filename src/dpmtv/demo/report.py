@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import numpy as np
 from rich.table import Table
 
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
-from dpmtv.embedded.generator import get_task
+from dpmtv.demo.recognition import GROUP_TITLES, summarise_deciding
+from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, per_task_markdown
 from dpmtv.eval.stats import t_interval
 
 
@@ -38,21 +40,27 @@ def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
             for s in config.seeds
         ]
         mean, half_width = t_interval(per_seed)
+        chosen = [r for r in rows if r["method"] == method and r["epsilon"] == epsilon]
+        deciding = summarise_deciding(chosen, config.seeds) if "deciding_count" in rows[0] else {}
         summary.append(
-            {"method": method, "epsilon": epsilon, "accuracy": mean, "ci95": half_width, "per_seed": per_seed}
+            {
+                "method": method,
+                "epsilon": epsilon,
+                "accuracy": mean,
+                "ci95": half_width,
+                "per_seed": per_seed,
+                **deciding,
+            }
         )
     return summary
 
 
-GROUPS = {"seen": False, "held_out": True}
-GROUP_TITLES = {"seen": "seen tasks", "held_out": "held-out tasks"}
-
-
 def summarise_groups(rows: list[dict], config: DemoConfig) -> dict[str, list[dict]]:
-    """:func:`summarise` separately over the seen and the held-out tasks (groups with tasks)."""
+    """:func:`summarise` separately over each group of tasks that has rows (seen, held-out
+    predicates, held-out label maps, typed rules)."""
     out = {}
-    for group, held_out in GROUPS.items():
-        chosen = [r for r in rows if r["held_out"] == held_out]
+    for group in GROUP_TITLES:
+        chosen = [r for r in rows if r["group"] == group]
         if chosen:
             out[group] = summarise(chosen, config)
     return out
@@ -64,17 +72,19 @@ def _order(method: str) -> int:
     )
 
 
-def _lookup(summary, method_prefix, epsilon=None) -> float:
-    return next(
-        r["accuracy"] for r in summary if r["method"].startswith(method_prefix) and r["epsilon"] == epsilon
+def _lookup(summary, method_prefix, epsilon=None, key: str = "accuracy") -> float:
+    value = next(
+        r.get(key) for r in summary if r["method"].startswith(method_prefix) and r["epsilon"] == epsilon
     )
+    return math.nan if value is None else value
 
 
-def gain_kept(summary, epsilon: float = 1.0) -> dict[str, float]:
+def gain_kept(summary, epsilon: float = 1.0, *, key: str = "accuracy") -> dict[str, float]:
     """DP-MTV's gain over zero-shot at ``epsilon`` as a fraction of ICL's and of MTV's gains, and
-    MTV's accuracy as a fraction of ICL's."""
-    zero, icl, mtv = _lookup(summary, "zero-shot"), _lookup(summary, "icl"), _lookup(summary, "mtv")
-    dp = _lookup(summary, "dp-mtv", epsilon)
+    MTV's accuracy as a fraction of ICL's; ``key="deciding_accuracy"``: the same on the
+    deciding-cell queries."""
+    zero, icl = _lookup(summary, "zero-shot", key=key), _lookup(summary, "icl", key=key)
+    mtv, dp = _lookup(summary, "mtv", key=key), _lookup(summary, "dp-mtv", epsilon, key=key)
     return {
         "of_icl_gain": _ratio(dp - zero, icl - zero),
         "of_mtv_gain": _ratio(dp - zero, mtv - zero),
@@ -84,14 +94,16 @@ def gain_kept(summary, epsilon: float = 1.0) -> dict[str, float]:
 
 def _ratio(numerator: float, denominator: float) -> float:
     """``numerator / denominator``, NaN where there is nothing to divide by (no gain to keep)."""
-    return numerator / denominator if denominator != 0 else math.nan
+    return numerator / denominator if denominator != 0 and not math.isnan(denominator) else math.nan
 
 
-def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds) -> None:
+def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task) -> None:
     (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    groups = {g: list(dict.fromkeys(r["task"] for r in rows if r["group"] == g)) for g in GROUP_TITLES}
     meta = {
-        "held_out_tasks": [t for t in config.tasks if get_task(t).held_out],
-        "seen_tasks": [t for t in config.tasks if not get_task(t).held_out],
+        "held_out_tasks": list(dict.fromkeys(r["task"] for r in rows if r["held_out"])),
+        "seen_tasks": list(dict.fromkeys(r["task"] for r in rows if not r["held_out"])),
+        "groups": {g: names for g, names in groups.items() if names},
         "config": asdict(config),
         "releases": {
             task: {
@@ -103,6 +115,7 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
             for task, r in releases.items()
         },
         "summary": summary,
+        "per_task": per_task,
         "icl_by_shots": shots,
         "seconds": round(seconds, 1),
         "artifact": str(artifact),
@@ -110,6 +123,9 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
     }
     if 1.0 in config.epsilons:
         meta["gain_kept_at_eps1"] = {group: gain_kept(s) for group, s in summary.items()}
+        meta["deciding_gain_kept_at_eps1"] = {
+            group: gain_kept(s, key="deciding_accuracy") for group, s in summary.items() if group != "seen"
+        }
     (out / "summary.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "report.md").write_text(_markdown(summary, shots, config, meta))
     _plot(summary, out / "privacy_utility.png")
@@ -135,21 +151,25 @@ def command_line(config: DemoConfig) -> str:
         parts.append("--shared-heads")
     if not config.shot_curve:
         parts.append("--no-shot-curve")
+    parts += [f"--rule {shlex.quote(text)}" for text in config.rules]
     return " ".join(parts)
 
 
 def _markdown(summary, shots, config, meta) -> str:
     m = config.records_per_task // config.shots_per_chunk
-    counts = {"seen": len(meta["seen_tasks"]), "held_out": len(meta["held_out_tasks"])}
+    counts = {g: len(names) for g, names in meta["groups"].items()}
     groups = list(summary)
+    held = len(meta["held_out_tasks"])
     lines = [
         "# dpmtv demo: the embedded model",
         "",
-        f"{len(config.tasks)} tasks ({counts['seen']} seen in training, {counts['held_out']} held out: "
+        f"{sum(counts.values())} tasks ({len(meta['seen_tasks'])} seen in training, {held} held out: "
         f"never trained, learned from the demonstrations alone) × {len(config.seeds)} seeds; "
         f"N = {config.records_per_task} private records per task, {config.shots_per_chunk} per chunk "
         f"(m = {m}); {config.test_queries} test images per task; δ = {config.delta:g}. Accuracy = mean "
         "over tasks, then mean ± 95% t-interval over seeds [min–max over seeds].",
+        "",
+        *deciding_lines(summary, meta["per_task"]),
         "",
         RERUN_NOTE,
         "",
@@ -168,24 +188,15 @@ def _markdown(summary, shots, config, meta) -> str:
                 f"over zero-shot and {kept['of_mtv_gain']:.0%} of MTV's gain; "
                 f"MTV / ICL = {kept['mtv_over_icl']:.2f}."
             )
-    if shots:
-        lines += [
-            "",
-            f"ICL accuracy by number of shots (seed {config.seeds[0]}, "
-            f"first {config.shot_curve_queries} test images per task):",
-            "",
-            "| shots | " + " | ".join(GROUP_TITLES[g] for g in shots) + " |",
-            "|---|" + "---|" * len(shots),
-        ]
-        for k in config.shot_curve:
-            method = f"icl-{k} (non-private)"
-            cells = [f"{_lookup(shots[g], method):.3f}" for g in shots]
-            lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines += deciding_markdown(summary, meta.get("deciding_gain_kept_at_eps1", {}))
+    lines += per_task_markdown(meta["per_task"], config)
+    lines += _shots_markdown(shots, config)
     lines += [
         "",
         "Heads: "
         + ("one shared set (chosen on seen tasks)" if config.shared_heads else "each task's public selection")
-        + " (selected on public data when the model was trained, shipped with it); per task: "
+        + " (selected on public data: shipped with the model, or for a typed rule on its public sample); "
+        + "per task: "
         + "; ".join(
             f"{task} {len(r['heads'])} heads, Δ = {r['l2_sensitivity']:.3g}"
             for task, r in meta["releases"].items()
@@ -195,6 +206,29 @@ def _markdown(summary, shots, config, meta) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _shots_markdown(shots, config) -> list[str]:
+    if not shots:
+        return []
+    lines = [
+        "",
+        f"ICL accuracy by number of shots (seed {config.seeds[0]}, "
+        f"first {config.shot_curve_queries} test images per task; deciding-cell queries in brackets):",
+        "",
+        "| shots | " + " | ".join(GROUP_TITLES[g] for g in shots) + " |",
+        "|---|" + "---|" * len(shots),
+    ]
+    for k in config.shot_curve:
+        method = f"icl-{k} (non-private)"
+        cells = []
+        for g in shots:
+            row = next(r for r in shots[g] if r["method"] == method)
+            dec = row.get("deciding_accuracy")
+            extra = f" [{dec:.3f}, n = {row['deciding_count']}]" if dec is not None else ""
+            cells.append(f"{row['accuracy']:.3f}{extra}")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _plot(summary, path: Path) -> None:
@@ -250,7 +284,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
     from dpmtv.plot_style import method_label, method_style
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    colours = {"seen": "tab:blue", "held_out": "tab:red"}
+    colours = {"seen": "tab:blue", "held_out": "tab:red", "label_maps": "tab:green", "rules": "tab:purple"}
     for group, rows in shots.items():
         rows = sorted(rows, key=_icl_shots)
         ks = [_icl_shots(r) for r in rows]
@@ -306,13 +340,14 @@ def _icl_shots(row: dict) -> int:
     return int(row["method"].split()[0].removeprefix("icl-"))
 
 
-def print_summary(console, summary, config, releases, num_chunks, artifact) -> None:
+def print_summary(console, summary, config, releases, num_chunks, artifact, per_task) -> None:
     groups = list(summary)
-    table = Table(title=f"dpmtv demo — embedded model, {len(config.tasks)} tasks × {len(config.seeds)} seeds")
+    count = len(per_task)
+    table = Table(title=f"dpmtv demo — embedded model, {count} tasks × {len(config.seeds)} seeds")
     table.add_column("method")
     table.add_column("ε")
     for g in groups:
-        n = sum(get_task(t).held_out == GROUPS[g] for t in config.tasks)
+        n = sum(r["group"] == g for r in summary_tasks(per_task))
         table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI [seed min–max]")
     for row in summary[groups[0]]:
         cells = _group_cells(summary, row)
@@ -326,12 +361,14 @@ def print_summary(console, summary, config, releases, num_chunks, artifact) -> N
                 f"{GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {kept['of_icl_gain']:.0%} of the ICL gain over "
                 f"zero-shot ({kept['of_mtv_gain']:.0%} of MTV's)."
             )
-    first = releases[config.tasks[0]]
+    for line in deciding_lines(summary, per_task):
+        console.print(line, highlight=False)
+    name, first = next(iter(releases.items()))
     plan = first.plans.get(1.0) or next(iter(first.plans.values()))
     sizes = sorted({len(r.heads) for r in releases.values()})
     console.print(
         f"Heads per task: {sizes[0]}–{sizes[-1]} "
-        f"({'shared set' if config.shared_heads else 'per-task public selection'}); for {config.tasks[0]}: "
+        f"({'shared set' if config.shared_heads else 'per-task public selection'}); for {name}: "
         f"{len(first.heads)} heads in layers {first.heads.layers}, Δ = {first.sensitivity:.4g}, "
         f"σ at ε = {plan.epsilon:g}: {plan.noise_std:.4g}. ε = 1 artifact: {artifact}"
     )
@@ -345,3 +382,7 @@ def print_summary(console, summary, config, releases, num_chunks, artifact) -> N
             noise_std=plan.noise_std,
         )
     )
+
+
+def summary_tasks(per_task: dict) -> list[dict]:
+    return [{"task": name, "group": record["group"]} for name, record in per_task.items()]

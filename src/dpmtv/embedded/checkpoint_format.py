@@ -37,7 +37,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from dpmtv.embedded.generator import ANSWER_WORDS, IMAGE_SIZE
+from dpmtv.embedded.generator import ANSWER_WORDS
+from dpmtv.embedded.render import IMAGE_SIZE
 
 PAD, BOS, EOS, UNK, IMAGE, ARROW = "<pad>", "<bos>", "<eos>", "<unk>", "<image>", "->"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK, IMAGE, ARROW)

@@ -15,19 +15,18 @@ for all of them, :data:`QUESTION`):
 
 - *naming* tasks answer with the value of one hidden attribute (``name_colour`` -> ``red`` ...);
   the answer vocabularies of the attributes are disjoint, so one demonstration reveals the task;
-- *predicate* tasks answer ``yes``/``no`` for one hidden property: a single value (``is_red``), its
-  negation (``is_not_red``), or a conjunction / disjunction of two literals on different
-  attributes (``green_and_cross``, ``yellow_or_square``, ``red_and_not_circle``). There are 284
-  of them, so a new one is easy to define; each demonstration carries about one bit, so accuracy
-  climbs with the number of shots;
-- *label-map* tasks name one attribute with arbitrary nonce words (:data:`NONCE_WORDS`): the map
-  is drawn afresh for every training episode, so only the demonstrations say which word is which.
+- *predicate* tasks answer ``yes``/``no`` for one hidden rule of the rule space
+  (:mod:`dpmtv.embedded.rulespace`): single values and their negations, two-literal and / or / xor,
+  three-literal and / or / at-least-2, and two shapes training never sees (3-way parity,
+  ``(a and b) or c``); each demonstration carries about one bit, so accuracy climbs with shots;
+- *label-map* tasks name one attribute, or a pair of attributes, with arbitrary nonce words
+  (:data:`NONCE_WORDS`): the map is drawn afresh for every training episode, so only the
+  demonstrations say which word is which.
 
-Held out of training: the predicates of :data:`HELD_OUT_TASKS` *and their complements* (``is_green``
-and ``is_not_green``; ``green_and_cross`` and ``not_green_or_not_cross``), so no trained task has
-the same or the flipped truth table as a held-out one. :func:`task_suite` is the evaluation suite
-(seen and held-out tasks, each marked ``held_out``); :func:`training_tasks` lists what training
-draws from.
+Held out of training: every table that :func:`dpmtv.embedded.rulespace.trained` calls untrained
+(a public rule: legacy held-out predicates, a hash of the table, whole shapes), a table and its
+complement together. :func:`task_suite` is the evaluation suite (seen and held-out tasks, each
+marked ``held_out``); :func:`training_tasks` lists what training draws from.
 
 Everything random goes through a ``numpy.random.Generator`` passed by the caller, so a seed fixes
 every pixel.
@@ -35,7 +34,6 @@ every pixel.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,18 +41,14 @@ from functools import cache
 import numpy as np
 from PIL import Image
 
+from dpmtv.embedded import rules as R
+from dpmtv.embedded.render import IMAGE_SIZE, render, sample_attributes, to_pil  # noqa: F401 (re-exported)
+from dpmtv.embedded.rulespace import KIND_OF_SHAPE, LEGACY_HELD_OUT, rule_entries, trained
+from dpmtv.embedded.world import ALL_CODES, ATTR_POS, ATTRIBUTES, VALUES, combo_index
 from dpmtv.errors import ParameterError
 
-IMAGE_SIZE = 24
 QUESTION = "What is the answer?"
 
-ATTRIBUTES: tuple[str, ...] = ("colour", "shape", "size", "position")
-VALUES: dict[str, tuple[str, ...]] = {
-    "colour": ("red", "green", "blue", "yellow"),
-    "shape": ("square", "circle", "triangle", "cross"),
-    "size": ("small", "big"),
-    "position": ("left", "right"),
-}
 YES, NO = "yes", "no"
 #: Answer words of label-map tasks: made-up words with no meaning of their own.
 NONCE_WORDS: tuple[str, ...] = (
@@ -74,23 +68,20 @@ ANSWER_WORDS: tuple[str, ...] = (
 )
 ANSWER_INDEX: dict[str, int] = {word: i for i, word in enumerate(ANSWER_WORDS)}
 
-#: Evaluation-only predicates (never trained, nor their complements): two single values, four
-#: conjunctions, two disjunctions and two compositions with a negated literal, spread over the
-#: attribute pairs. The two single values are also the ones the first embedded model (which the
-#: shipped checkpoint is fine-tuned from) never saw, and it saw no composition at all.
+#: Held-out predicates of the evaluation suite (all untrained by the public rule): the legacy ten
+#: (single values, and/or, negated literals), then hash-held tables of the new trained shapes and
+#: rules of the two shapes training never sees (3-way parity, ``(a and b) or c``).
 HELD_OUT_TASKS: tuple[str, ...] = (
-    "is_green",
-    "is_cross",
-    "green_and_cross",
-    "blue_and_small",
-    "circle_and_right",
-    "big_and_left",
-    "yellow_or_square",
-    "triangle_or_big",
-    "red_and_not_circle",
-    "not_blue_or_left",
+    *LEGACY_HELD_OUT,
+    "red_xor_circle",
+    "big_xor_left",
+    "red_and_triangle_and_big",
+    "2_of_red_circle_big",
+    "red_xor_circle_xor_big",
+    "blue_xor_square_xor_left",
+    "red_and_big_or_square",
+    "green_and_left_or_circle",
 )
-HELD_OUT_PREDICATES: tuple[str, ...] = tuple(n for n in HELD_OUT_TASKS if n.startswith("is_"))
 #: Seen tasks of the evaluation suite besides naming (trained on; a spread of every kind).
 SEEN_EVAL_TASKS: tuple[str, ...] = (
     "is_red",
@@ -102,26 +93,12 @@ SEEN_EVAL_TASKS: tuple[str, ...] = (
     "blue_or_circle",
     "yellow_and_big",
     "not_green_and_right",
+    "red_xor_big",
+    "2_of_red_circle_right",
 )
 #: Label maps of the evaluation suite: fixed nonce maps (drawn from a fixed seed), effectively new
 #: since training draws a fresh map per episode.
 LABEL_MAP_ATTRIBUTES: tuple[str, ...] = ("colour", "shape")
-
-_BASE_RGB = np.array([[215, 45, 45], [45, 185, 65], [55, 90, 225], [225, 210, 45]], dtype=np.float32)
-_COLOUR_JITTER = 25.0
-_NOISE_STD = 10.0
-_SMALL_R = (3.0, 4.0)
-_BIG_R = (6.0, 7.5)
-_LEFT_MAX_X = 9.5  # left centres lie in [r, 9.5]; right centres mirror them (23 - x)
-_ATTR_POS = {name: i for i, name in enumerate(ATTRIBUTES)}
-#: All 64 attribute combinations, ``(64, 4)`` codes; a predicate is a boolean table over its rows.
-ALL_CODES = np.array(list(itertools.product(*(range(len(VALUES[a])) for a in ATTRIBUTES))), dtype=np.int64)
-_RADIX = np.array([16, 4, 2, 1], dtype=np.int64)
-
-
-def combo_index(codes: np.ndarray) -> np.ndarray:
-    """Row of :data:`ALL_CODES` for each code row ``(..., 4)``."""
-    return np.asarray(codes, dtype=np.int64) @ _RADIX
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,50 +111,6 @@ def attributes_to_dict(codes: Sequence[int]) -> dict[str, str]:
 
 def _codes_from_dict(attributes: Mapping[str, str]) -> np.ndarray:
     return np.array([[VALUES[a].index(attributes[a]) for a in ATTRIBUTES]], dtype=np.int64)
-
-
-def sample_attributes(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` uniformly drawn attribute codes, shape ``(n, 4)`` (colour, shape, size, position)."""
-    return np.stack([rng.integers(0, len(VALUES[name]), n) for name in ATTRIBUTES], axis=1).astype(np.int64)
-
-
-def render(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Images for attribute codes ``(n, 4)``: a uint8 array ``(n, 24, 24, 3)``. Vectorised."""
-    codes = np.asarray(codes, dtype=np.int64).reshape(-1, 4)
-    n = len(codes)
-    colour, shape, size, position = codes.T
-    radius = np.where(size == 1, rng.uniform(*_BIG_R, n), rng.uniform(*_SMALL_R, n)).astype(np.float32)
-    u = rng.uniform(0.0, 1.0, n).astype(np.float32)
-    cx = radius + u * np.maximum(_LEFT_MAX_X - radius, 0.0)
-    cx = np.where(position == 1, (IMAGE_SIZE - 1) - cx, cx)
-    v = rng.uniform(0.0, 1.0, n).astype(np.float32)
-    cy = radius + v * ((IMAGE_SIZE - 1) - 2 * radius)
-
-    grid = np.arange(IMAGE_SIZE, dtype=np.float32)
-    dx = grid[None, None, :] - cx[:, None, None]
-    dy = grid[None, :, None] - cy[:, None, None]
-    r = radius[:, None, None]
-    adx, ady = np.abs(dx), np.abs(dy)
-    masks = np.stack(
-        [
-            np.maximum(adx, ady) <= 0.85 * r,  # square
-            dx * dx + dy * dy <= r * r,  # circle
-            (dy >= -r) & (dy <= r) & (adx <= 0.5 * (dy + r) + 0.3),  # triangle, apex up
-            ((adx <= 0.35 * r) & (ady <= r)) | ((ady <= 0.35 * r) & (adx <= r)),  # cross
-        ],
-        axis=1,
-    )
-    mask = masks[np.arange(n), shape]  # (n, 24, 24)
-
-    rgb = _BASE_RGB[colour] + rng.uniform(-_COLOUR_JITTER, _COLOUR_JITTER, (n, 3))
-    background = rng.uniform(0.0, 70.0, (n, 1, 1, 1)).astype(np.float32)
-    image = np.where(mask[..., None], rgb[:, None, None, :].astype(np.float32), background)
-    image = image + rng.normal(0.0, _NOISE_STD, image.shape).astype(np.float32)
-    return np.clip(np.rint(image), 0, 255).astype(np.uint8)
-
-
-def to_pil(images: np.ndarray) -> list[Image.Image]:
-    return [Image.fromarray(np.ascontiguousarray(im), mode="RGB") for im in images]
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,25 +156,11 @@ class Task:
         return self.table == ANSWER_INDEX[YES]
 
 
-PREDICATE_KINDS = ("predicate", "negation", "conjunction", "disjunction")
+PREDICATE_KINDS = ("predicate", "negation", *dict.fromkeys(KIND_OF_SHAPE.values()), "rule")
 
 
 def _yes_no(truth: np.ndarray) -> np.ndarray:
     return np.where(truth, ANSWER_INDEX[YES], ANSWER_INDEX[NO]).astype(np.int64)
-
-
-def _literals() -> list[tuple[str, str, np.ndarray]]:
-    """(attribute, literal name, truth) for every value and, for 4-valued attributes, its
-    negation (a binary attribute's negation is its other value)."""
-    out = []
-    for attribute in ATTRIBUTES:
-        column = ALL_CODES[:, _ATTR_POS[attribute]]
-        for i, value in enumerate(VALUES[attribute]):
-            out.append((attribute, value, column == i))
-        if len(VALUES[attribute]) > 2:
-            for i, value in enumerate(VALUES[attribute]):
-                out.append((attribute, f"not_{value}", column != i))
-    return out
 
 
 def _naming(attribute: str) -> Task:
@@ -250,57 +169,68 @@ def _naming(attribute: str) -> Task:
         name=f"name_{attribute}",
         kind="naming",
         held_out=False,
-        table=offset + ALL_CODES[:, _ATTR_POS[attribute]],
+        table=offset + ALL_CODES[:, ATTR_POS[attribute]],
         attribute=attribute,
     )
 
 
-def label_map_task(attribute: str, words: Sequence[str], *, name: str | None = None) -> Task:
-    """Name ``attribute``'s values with ``words`` (one per value, from :data:`NONCE_WORDS`)."""
+def label_map_task(
+    attribute: str | tuple[str, ...], words: Sequence[str], *, name: str | None = None
+) -> Task:
+    """Name the values of ``attribute`` (or the value combinations of several attributes, in
+    :data:`ALL_CODES` order) with ``words`` (one per class, from :data:`NONCE_WORDS`)."""
+    attributes = (attribute,) if isinstance(attribute, str) else tuple(attribute)
     index = np.array([ANSWER_INDEX[w] for w in words], dtype=np.int64)
+    classes = np.zeros(len(ALL_CODES), dtype=np.int64)
+    for a in attributes:  # mixed radix over the chosen attributes
+        classes = classes * len(VALUES[a]) + ALL_CODES[:, ATTR_POS[a]]
+    label = "_".join(attributes)
     return Task(
-        name=name or f"map_{attribute}_" + "_".join(words),
+        name=name or f"map_{label}_" + "_".join(words),
         kind="label_map",
         held_out=True,
-        table=index[ALL_CODES[:, _ATTR_POS[attribute]]],
-        attribute=attribute,
+        table=index[classes],
+        attribute=label,
     )
+
+
+def _predicate(entry) -> Task:
+    truth = R.truth(entry.rule)
+    single = isinstance(entry.rule, R.Literal) or entry.shape == "single"
+    literal = entry.name.removeprefix("is_") if single else ""
+    return Task(
+        name=entry.name,
+        kind=entry.kind,
+        held_out=not trained(truth),
+        table=_yes_no(truth),
+        attribute=_rule_attribute(entry.rule) if single else "",
+        value=literal.removeprefix("not_") if single else None,
+    )
+
+
+def _rule_attribute(rule) -> str:
+    return rule.attribute if isinstance(rule, R.Literal) else rule.operand.attribute
 
 
 @cache
 def _all_tasks() -> tuple[Task, ...]:
-    tasks = [_naming(name) for name in ATTRIBUTES]
-    literals = _literals()
-    held = set(HELD_OUT_TASKS)
-    predicates: list[Task] = []
-    for attribute, literal, truth in literals:
-        negated = literal.startswith("not_")
-        predicates.append(
-            Task(
-                name=f"is_{literal}",
-                kind="negation" if negated else "predicate",
-                held_out=False,
-                table=_yes_no(truth),
-                attribute=attribute,
-                value=literal.removeprefix("not_"),
-            )
-        )
-    for (a1, l1, t1), (a2, l2, t2) in itertools.combinations(literals, 2):
-        if a1 == a2:
-            continue
-        predicates.append(Task(f"{l1}_and_{l2}", "conjunction", False, _yes_no(t1 & t2)))
-        predicates.append(Task(f"{l1}_or_{l2}", "disjunction", False, _yes_no(t1 | t2)))
-    by_name = {t.name: t for t in predicates}
-    unknown = held - set(by_name)
+    predicates = {}
+    for entry in rule_entries():  # the first name of a duplicated name wins
+        predicates.setdefault(entry.name, _predicate(entry))
+    unknown = set(HELD_OUT_TASKS) - set(predicates)
     if unknown:  # pragma: no cover - a typo in HELD_OUT_TASKS
         raise AssertionError(f"unknown held-out tasks {sorted(unknown)}")
-    # a held-out task's table and its complement are held out wherever they occur
-    held_tables = {by_name[n].truth.tobytes() for n in held} | {(~by_name[n].truth).tobytes() for n in held}
-    marked = [
-        Task(t.name, t.kind, t.truth.tobytes() in held_tables, t.table, t.attribute, t.value)
-        for t in predicates
-    ]
-    return (*tasks, *marked)
+    return (*(_naming(name) for name in ATTRIBUTES), *predicates.values())
+
+
+def rule_task(text: str) -> Task:
+    """A predicate task for a typed rule (:func:`dpmtv.embedded.rules.parse`), named by its text;
+    held out unless the public hold-out rule says training drew its table or complement."""
+    truth = R.truth(R.parse(text))
+    if truth.all() or not truth.any():
+        answer = YES if truth.all() else NO
+        raise ParameterError(f"rule {text!r} answers '{answer}' for every image: nothing to learn")
+    return Task(name=text.strip(), kind="rule", held_out=not trained(truth), table=_yes_no(truth))
 
 
 def all_tasks() -> list[Task]:
@@ -331,10 +261,14 @@ def training_tasks() -> list[Task]:
     return [task for task in _all_tasks() if not task.held_out]
 
 
+@cache
+def _tasks_by_name() -> dict[str, Task]:
+    return {t.name: t for t in (*_all_tasks(), *_evaluation_label_maps())}
+
+
 def get_task(name: str) -> Task:
-    for task in (*_all_tasks(), *_evaluation_label_maps()):
-        if task.name == name:
-            return task
+    if name in _tasks_by_name():
+        return _tasks_by_name()[name]
     examples = [t.name for t in task_suite(label_maps=True)]
     raise ParameterError(f"unknown embedded task '{name}'; for example: {examples}")
 
@@ -402,25 +336,65 @@ class EpisodeBatch:
 
 
 #: Default training mix: probability of each group per episode.
-TRAINING_MIX: dict[str, float] = {"naming": 0.15, "single": 0.25, "composition": 0.30, "label_map": 0.30}
+TRAINING_MIX: dict[str, float] = {
+    "naming": 0.08,
+    "single": 0.12,
+    "composition": 0.18,
+    "xor": 0.12,
+    "triple": 0.20,
+    "label_map": 0.30,
+}
+_GROUP_KINDS = {
+    "naming": ("naming",),
+    "single": ("predicate", "negation"),
+    "composition": ("conjunction", "disjunction"),
+    "xor": ("xor",),
+    "triple": ("conjunction3", "disjunction3", "at_least_2"),
+}
+
+
+@cache
+def _training_pools() -> dict[str, tuple[Task, ...]]:
+    tasks = training_tasks()
+    pools = {}
+    for group, kinds in _GROUP_KINDS.items():
+        distinct: dict[bytes, Task] = {}
+        for t in tasks:  # one task per distinct table: uniform over tables, not over names
+            if t.kind in kinds:
+                distinct.setdefault(t.table.tobytes(), t)
+        pools[group] = tuple(distinct.values())
+    # conjunctions of two plain values only (no negated literal, no disjunction)
+    pools["conjunction"] = tuple(
+        t for t in pools["composition"] if t.kind == "conjunction" and "not_" not in t.name
+    )
+    return pools
 
 
 def training_pools() -> dict[str, list[Task]]:
-    """The seen tasks each training group draws from (uniformly); a mix may name any of them."""
-    tasks = training_tasks()
-    return {
-        "naming": [t for t in tasks if t.kind == "naming"],
-        "single": [t for t in tasks if t.kind in ("predicate", "negation")],
-        "composition": [t for t in tasks if t.kind in ("conjunction", "disjunction")],
-        # conjunctions of two plain values only (no negated literal, no disjunction)
-        "conjunction": [t for t in tasks if t.kind == "conjunction" and "not_" not in t.name],
-    }
+    """The seen tasks each training group draws from (uniformly over distinct tables)."""
+    return {group: list(tasks) for group, tasks in _training_pools().items()}
+
+
+#: Attribute pairs a combination label map may name (at most 8 classes: one word each).
+LABEL_MAP_PAIRS: tuple[tuple[str, str], ...] = tuple(
+    (a, b)
+    for i, a in enumerate(ATTRIBUTES)
+    for b in ATTRIBUTES[i + 1 :]
+    if len(VALUES[a]) * len(VALUES[b]) <= 8
+)
+PAIR_MAP_SHARE = 0.25  # share of training label maps over an attribute pair
 
 
 def random_label_map(rng: np.random.Generator) -> Task:
-    """A fresh label map: a random attribute, its values named by distinct random nonce words."""
-    attribute = ATTRIBUTES[rng.integers(len(ATTRIBUTES))]
-    words = [NONCE_WORDS[i] for i in rng.choice(len(NONCE_WORDS), len(VALUES[attribute]), replace=False)]
+    """A fresh label map: a random attribute (or, with probability :data:`PAIR_MAP_SHARE`, a pair
+    of attributes), its classes named by distinct random nonce words."""
+    if rng.uniform() < PAIR_MAP_SHARE:
+        attribute: str | tuple[str, ...] = LABEL_MAP_PAIRS[rng.integers(len(LABEL_MAP_PAIRS))]
+        n_classes = int(np.prod([len(VALUES[a]) for a in attribute]))
+    else:
+        attribute = ATTRIBUTES[rng.integers(len(ATTRIBUTES))]
+        n_classes = len(VALUES[attribute])
+    words = [NONCE_WORDS[i] for i in rng.choice(len(NONCE_WORDS), n_classes, replace=False)]
     return label_map_task(attribute, words)
 
 

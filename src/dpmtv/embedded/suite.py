@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from dpmtv.data.records import Record
-from dpmtv.embedded.generator import Task, sample_records
+from dpmtv.embedded.generator import Task, sample_codes_for_task, sample_records
 from dpmtv.hooks import LayerPatch, overwrite_heads
 from dpmtv.models.base import ModelAdapter
 from dpmtv.prompts import Example, Prompt, zero_shot
@@ -66,3 +66,10 @@ def first_token_correct(
 def _task_index(task: Task) -> int:
     """A stable number per task name (any task of the family, not only the evaluation suite)."""
     return zlib.crc32(task.name.encode())
+
+
+def task_codes(task: Task, n: int, *, seed: int, split: str) -> np.ndarray:
+    """The attribute codes ``(n, 4)`` behind :func:`task_records` (same seed and split), without
+    rendering: the records' images are drawn after their codes from the same generator."""
+    rng = np.random.default_rng([seed, _task_index(task), SPLITS[split]])
+    return sample_codes_for_task(task, n, rng)

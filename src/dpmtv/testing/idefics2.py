@@ -48,18 +48,32 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     end_of_utterance = tokenizer.convert_tokens_to_ids("<end_of_utterance>")
     config = Idefics2Config(
         vision_config={
-            "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "image_size": IMAGE_SIZE,
+            "patch_size": PATCH_SIZE,
         },
         perceiver_config={
-            "hidden_size": 64, "resampler_n_latents": IMAGE_SEQ_LEN, "resampler_depth": 1,
-            "resampler_n_heads": 2, "resampler_head_dim": 16, "num_key_value_heads": 1,
+            "hidden_size": 64,
+            "resampler_n_latents": IMAGE_SEQ_LEN,
+            "resampler_depth": 1,
+            "resampler_n_heads": 2,
+            "resampler_head_dim": 16,
+            "num_key_value_heads": 1,
         },
         text_config={
-            "model_type": "mistral", "vocab_size": len(tokenizer), "hidden_size": 64,
-            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "max_position_embeddings": 2048,
-            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "model_type": "mistral",
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
         },
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
@@ -74,7 +88,9 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
         do_image_splitting=False,
     )
     processor = Idefics2Processor(
-        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=IMAGE_SEQ_LEN,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=IMAGE_SEQ_LEN,
         chat_template=CHAT_TEMPLATE,
     )
     model.save_pretrained(out_dir)

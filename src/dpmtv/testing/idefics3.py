@@ -47,13 +47,23 @@ CHAT_TEMPLATE = (
 def tiny_configs(vocab_size: int, pad_token_id: int) -> tuple[dict, dict]:
     """Vision and Llama text configs shared by the tiny Idefics3 and SmolVLM."""
     vision = {
-        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "image_size": TILE, "patch_size": PATCH_SIZE,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": TILE,
+        "patch_size": PATCH_SIZE,
     }
     text = {
-        "model_type": "llama", "vocab_size": vocab_size, "hidden_size": 64,
-        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 2048, "pad_token_id": pad_token_id,
+        "model_type": "llama",
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "pad_token_id": pad_token_id,
     }
     return vision, text
 
@@ -76,7 +86,9 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     vision, text = tiny_configs(len(tokenizer), tokenizer.pad_token_id)
     text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     config = Idefics3Config(
-        vision_config=vision, text_config=text, scale_factor=SCALE_FACTOR,
+        vision_config=vision,
+        text_config=text,
+        scale_factor=SCALE_FACTOR,
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -84,11 +96,14 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     model = Idefics3ForConditionalGeneration(config).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = [
-        tokenizer.convert_tokens_to_ids("<end_of_utterance>"), tokenizer.eos_token_id
+        tokenizer.convert_tokens_to_ids("<end_of_utterance>"),
+        tokenizer.eos_token_id,
     ]
     processor = Idefics3Processor(
         image_processor=Idefics3ImageProcessorPil(**image_processor_kwargs()),
-        tokenizer=tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE,
+        tokenizer=tokenizer,
+        image_seq_len=IMAGE_SEQ_LEN,
+        chat_template=CHAT_TEMPLATE,
     )
     model.save_pretrained(out_dir)
     processor.save_pretrained(out_dir)

@@ -53,7 +53,9 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     vision, text = tiny_configs(len(tokenizer), tokenizer.pad_token_id)
     text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     config = SmolVLMConfig(
-        vision_config=vision, text_config=text, scale_factor=SCALE_FACTOR,
+        vision_config=vision,
+        text_config=text,
+        scale_factor=SCALE_FACTOR,
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -64,8 +66,10 @@ def build(out_dir: Path, *, seed: int = 0) -> Path:
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     SmolVLMImageProcessorPil(**image_processor_kwargs()).save_pretrained(out_dir)
-    _write_json(out_dir / "processor_config.json",
-                {"image_seq_len": IMAGE_SEQ_LEN, "processor_class": "SmolVLMProcessor"})
+    _write_json(
+        out_dir / "processor_config.json",
+        {"image_seq_len": IMAGE_SEQ_LEN, "processor_class": "SmolVLMProcessor"},
+    )
     _write_json(out_dir / "chat_template.json", {"chat_template": CHAT_TEMPLATE})
     return out_dir
 

@@ -30,9 +30,7 @@ _IMAGE_TOKENS = {
 class SmolVLMAdapter(GenericAdapter):
     display_name = "SmolVLM"
     model_types = ("smolvlm",)
-    special_reason = (
-        "image-only Idefics3Processor: the stock processor requires torchvision and num2words"
-    )
+    special_reason = "image-only Idefics3Processor: the stock processor requires torchvision and num2words"
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
