@@ -1,0 +1,177 @@
+r"""A private clip norm: the ``α``-quantile of the per-chunk norms of each layer, chosen by the
+exponential mechanism over a public grid of candidates (issue 28; docs/design.md §2 step 5).
+
+Pure privacy maths: numpy, dp-accounting and OpenDP only. The model side (one forward pass per
+chunk that reads each layer's norm) lives elsewhere; here the input is an ``(m, L)`` array of
+norms, one row per chunk of the public ``m``, one column per released layer.
+
+Mechanism
+=========
+
+For one layer with chunk norms ``n_1 … n_m`` and a PUBLIC sorted grid ``c_1 < … < c_K``, the
+score of candidate ``c`` is OpenDP's quantile score (``make_quantile_score_candidates``, Smith
+2011) ``u(c) = |(1−α)·#{j: n_j < c} − α·#{j: n_j > c}|`` scaled to integers by ``α``'s
+denominator; the best candidate has the smallest score. The choice is the exponential mechanism
+``P[c] ∝ exp(−ε₀·u(c) / (2Δ∞))``, sampled exactly as ``argmax(−u + Gumbel(0, b))`` with
+``b = 2Δ∞/ε₀`` (the Gumbel-max trick) by OpenDP's ``make_noisy_max`` over its CSPRNG.
+
+Sensitivity. Under every relation and unit dpmtv supports, a neighbouring dataset changes the
+content of ONE chunk (replace-one: the changed record's chunk under the data-independent
+permutation; add-remove-one and user level: the keyed-hash chunk of the record or user, possibly
+from or to empty, whose norm is then 0), and the number of chunks ``m`` is public and fixed. So
+each layer's norm vector changes in at most one coordinate: a removal and an insertion, distance
+2 in OpenDP's ``SymmetricDistance``. ``Δ∞`` is what OpenDP's own map of the score transformation
+gives for ``d_in = 2`` (``2·max(num, den − num)`` for ``α = num/den``; 2 for the median). The
+scores are not monotone in the data, hence the factor 2 (McSherry & Talwar 2007).
+
+Layers and accounting. Each of the ``L`` layers gets ``ε₀ = ε/L`` and runs on the same chunks, so
+the whole choice is ``ε``-DP by sequential composition. As in :mod:`dpmtv.privacy.noisy_top_k`,
+each pure ``ε₀``-DP round is recorded as ``DiscreteLaplaceDpEvent(ε₀, 1)``, whose privacy-loss
+distribution is the randomized-response pair that dominates every ``ε₀``-DP mechanism, and the
+choice as ``SelfComposedDpEvent(…, L)``: dp-accounting's PLD accountant composes it with the
+selection and the Gaussian release; we write no composition theorem. The release then clips
+with the chosen norms, and its sensitivity ``Δ = 2·sqrt(Σ C_l²)/m`` is computed from them: a
+function of an ε-DP output, covered by adaptive composition.
+
+What is public: the grid, ``α``, ``ε`` and ``m``. The chosen norms are private outputs of this
+mechanism (released, like the vector). The norms themselves never leave the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import dp_accounting
+import numpy as np
+from dp_accounting.dp_event import DiscreteLaplaceDpEvent
+
+from dpmtv.errors import DangerousModeError, ParameterError
+from dpmtv.privacy._checks import check_int, check_positive
+
+__all__ = [
+    "DEFAULT_CLIP_QUANTILE",
+    "clip_norm_candidates",
+    "clip_quantile_event",
+    "clip_quantile_scale",
+    "private_clip_norms",
+    "quantile_scores",
+    "quantile_score_sensitivity",
+]
+
+# Andrew et al. (NeurIPS 2021) clip at the median of the per-example norms; so do we by default.
+DEFAULT_CLIP_QUANTILE = 0.5
+# A change of one chunk is one removal and one insertion in OpenDP's SymmetricDistance.
+CHANGE_ONE_SYMMETRIC_DISTANCE = 2
+
+
+def clip_norm_candidates(*, low: float, high: float, count: int = 64) -> tuple[float, ...]:
+    """A public geometric grid of ``count`` candidate norms from ``low`` to ``high``."""
+    low, high = check_positive("low", low), check_positive("high", high)
+    count = check_int("count", count, minimum=2)
+    if not low < high:
+        raise ParameterError(f"low must be < high, got low = {low!r}, high = {high!r}")
+    return tuple(float(c) for c in np.geomspace(low, high, count))
+
+
+def _check_candidates(candidates: Sequence[float]) -> list[float]:
+    grid = [float(c) for c in candidates]
+    if len(grid) < 2 or not all(math.isfinite(c) and c > 0 for c in grid):
+        raise ParameterError(f"candidates must be >= 2 finite norms > 0, got {list(candidates)!r}")
+    if any(b <= a for a, b in zip(grid, grid[1:])):
+        raise ParameterError("candidates must be strictly increasing")
+    return grid
+
+
+def _check_alpha(alpha: float) -> float:
+    alpha = float(alpha)
+    if not 0.0 < alpha < 1.0:
+        raise ParameterError(f"quantile must be in (0, 1), got {alpha!r}")
+    return alpha
+
+
+def _score_transformation(candidates: Sequence[float], alpha: float):
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    return dp.t.make_quantile_score_candidates(
+        domain, dp.symmetric_distance(), _check_candidates(candidates), alpha=_check_alpha(alpha)
+    )
+
+
+def quantile_scores(norms: Sequence[float], *, candidates: Sequence[float], alpha: float) -> np.ndarray:
+    """OpenDP's integer quantile scores of one layer's chunk norms (smaller is better), ``(K,)``."""
+    values = np.asarray(norms, dtype=np.float64)  # (m,)
+    if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ParameterError("norms must be a 1-D array of finite values >= 0")
+    return np.asarray(_score_transformation(candidates, alpha)([float(v) for v in values]), dtype=np.int64)
+
+
+def quantile_score_sensitivity(*, candidates: Sequence[float], alpha: float) -> int:
+    """``Δ∞`` of the scores when one chunk's norm changes: OpenDP's map at ``d_in = 2``."""
+    return int(_score_transformation(candidates, alpha).map(CHANGE_ONE_SYMMETRIC_DISTANCE))
+
+
+def clip_quantile_scale(*, epsilon: float, linf_sensitivity: float) -> float:
+    """Gumbel scale ``b = 2·Δ∞/ε`` making one layer's choice ``ε``-DP (non-monotone scores)."""
+    return 2.0 * check_positive("linf_sensitivity", linf_sensitivity) / check_positive("epsilon", epsilon)
+
+
+def clip_quantile_event(*, epsilon: float, num_layers: int) -> dp_accounting.DpEvent:
+    """``SelfComposedDpEvent(DiscreteLaplaceDpEvent(ε/L, 1), L)``: one ``ε/L``-DP choice per layer."""
+    epsilon = check_positive("epsilon", epsilon)
+    num_layers = check_int("num_layers", num_layers, minimum=1)
+    per_layer = DiscreteLaplaceDpEvent(noise_parameter=epsilon / num_layers, sensitivity=1)
+    return dp_accounting.SelfComposedDpEvent(per_layer, num_layers) if num_layers > 1 else per_layer
+
+
+def private_clip_norms(
+    chunk_norms: np.ndarray,
+    *,
+    candidates: Sequence[float],
+    epsilon: float,
+    alpha: float = DEFAULT_CLIP_QUANTILE,
+    rng: np.random.Generator | None = None,
+    allow_non_private: bool = False,
+) -> tuple[float, ...]:
+    """One private ``α``-quantile per layer of ``chunk_norms`` ``(m, L)``, ``ε/L`` each.
+
+    Without ``rng`` the Gumbel noise comes from OpenDP's exact sampler over the OS CSPRNG; an
+    ``rng`` (numpy) is for tests and seeded experiments only. ``epsilon = inf`` returns the exact
+    best candidate of each layer and needs ``allow_non_private=True``.
+    """
+    norms = np.asarray(chunk_norms, dtype=np.float64)  # (m, L)
+    if norms.ndim != 2 or norms.shape[0] < 1 or norms.shape[1] < 1:
+        raise ParameterError(f"chunk_norms must have shape (m, L) with m, L >= 1, got {norms.shape}")
+    grid = _check_candidates(candidates)
+    num_layers = norms.shape[1]
+    exact = math.isinf(float(epsilon)) and float(epsilon) > 0
+    if exact and not allow_non_private:
+        raise DangerousModeError(
+            "epsilon = inf chooses clip norms without noise (no privacy guarantee); pass "
+            "allow_non_private=True for this baseline"
+        )
+    scale = (
+        None
+        if exact
+        else clip_quantile_scale(
+            epsilon=float(epsilon) / num_layers,
+            linf_sensitivity=quantile_score_sensitivity(candidates=grid, alpha=alpha),
+        )
+    )
+    return tuple(grid[_choose(norms[:, layer], grid, alpha, scale, rng)] for layer in range(num_layers))
+
+
+def _choose(norms: np.ndarray, grid: list[float], alpha: float, scale: float | None, rng) -> int:
+    if scale is None:
+        return int(np.argmin(quantile_scores(norms, candidates=grid, alpha=alpha)))
+    if rng is not None:
+        scores = quantile_scores(norms, candidates=grid, alpha=alpha)  # (K,)
+        return int(np.argmax(-scores + rng.gumbel(0.0, scale, size=scores.shape)))
+    import opendp.prelude as dp
+
+    measurement = _score_transformation(grid, alpha) >> dp.m.then_noisy_max(
+        dp.zero_concentrated_divergence(), scale=float(scale), negate=True
+    )
+    return int(measurement([float(v) for v in norms]))
