@@ -83,11 +83,14 @@ def artifact_metadata(
     )
 
 
-def sensitivity_clip_norms(clip_norms, heads, settings: BuildSettings) -> list[float]:
+def sensitivity_clip_norms(
+    clip_norms: dict[int, float], heads: HeadSet | None, settings: BuildSettings
+) -> list[float]:
     """The norms the build's Δ rests on, and that the artifact records: the released layers', or
     with private selection (``heads`` then None or the selected ones) the worst case over the
     pool's layers, which ``clip_norms`` then holds."""
     if settings.private_selection is None:
+        assert heads is not None  # without private selection the heads are known before the build
         return [clip_norms[layer] for layer in heads.layers]
     return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
 
