@@ -139,7 +139,7 @@ def test_an_error_after_the_charge_quotes_no_record(tiny_llava_path, tmp_path, m
     monkeypatch.setattr("dpmtv.pipeline.build.sum_clipped_chunks", failing)
     args = _build(tiny_llava_path, data, out, "--heads-from", "private", "--select-k", "2")
     result = runner.invoke(main, [*args, "--dataset", "D", "--ledger", str(ledger)])
-    assert result.exit_code == 2 and not out.exists()
+    assert result.exit_code == 1 and not out.exists()
     message = " ".join(result.output.split())
     assert "secret" not in message and "records.jsonl" not in message and "RecordError" in message
     assert "was charged" in message and len(_show(runner, ledger, "D")["charges"]) == 1

@@ -75,17 +75,3 @@ def test_records_with_user_ids_but_no_record_ids(tiny_llava_path, tmp_path, unit
     else:
         assert result.exit_code == 1 and "Traceback" not in result.output
         assert "records.jsonl:1: field 'id' is missing" in " ".join(result.output.split())
-
-
-@pytest.mark.parametrize("k", ["0", "-2"])
-def test_select_k_out_of_range_names_the_option(tiny_llava_path, records_file, tmp_path, k):
-    """Issue 27: `--select-k 0` used to fail deep in the sensitivity ('l2_clip_norms must hold one
-    norm per selected layer, got none')."""
-    from tests.test_cli import _build_args
-
-    args = _build_args(tiny_llava_path, records_file, tmp_path / "v.safetensors", "--select-k", k)
-    args[args.index("--heads") : args.index("--heads") + 2] = ["--heads-from", "private"]
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 2, result.output
-    assert "--select-k" in result.output and ">=1" in result.output.replace(" ", "")
-    assert "l2_clip_norms" not in result.output and "Traceback" not in result.output

@@ -46,7 +46,10 @@ def _own_raylet(process, ready) -> None:
         children = parent.children(recursive=True)
         raylets = [child for child in children if _name(child) == "raylet"]
         if raylets and ready(children):
-            raylets[0].kill()
+            try:
+                raylets[0].kill()
+            except psutil.NoSuchProcess:  # it ended between the listing and the kill: look again
+                continue
             return
         time.sleep(0.05)
     pytest.fail("the build ended or hung before the raylet could be killed")
@@ -66,15 +69,15 @@ def _outcome(process, out: Path) -> tuple[int, str]:
     if process.returncode == 0:
         assert out.is_file(), stdout
         return 0, ""
-    assert process.returncode == 2 and len(ours) == 1, (process.returncode, stderr[-3000:])
-    return 2, ours[0]
+    assert process.returncode == 1 and len(ours) == 1, (process.returncode, stderr[-3000:])
+    return 1, ours[0]
 
 
 def test_the_raylet_killed_while_the_workers_start_is_one_line(tmp_path, tiny_llava_path):
     process = _build(tmp_path, tiny_llava_path, tmp_path / "sending")
     _own_raylet(process, lambda children: any(_name(c) == "ray::ChunkWorker" for c in children))
     code, line = _outcome(process, tmp_path / "v.safetensors")
-    assert code == 2 and "the Ray workers did not start" in line and "nothing was charged" in line
+    assert code == 1 and "the Ray workers did not start" in line and "nothing was charged" in line
     assert not (tmp_path / "sending").exists()  # it never reached the extraction
 
 

@@ -118,6 +118,7 @@ def work(tmp_path_factory):
     finally:
         server.terminate()
         server.wait(timeout=60)
+        server.stdout.close()
 
 
 def _lmms_eval(work: dict, model: str) -> list[dict]:

@@ -42,10 +42,10 @@ _OPTIONS = [
     ),
     click.option(
         "--select-k",
-        type=click.IntRange(min=1),
+        type=int,
         default=10,
         show_default=True,
-        help="Heads picked by private selection (>= 1).",
+        help="Heads picked by private selection (1 to the pool's size).",
     ),
     click.option(
         "--select-method",
