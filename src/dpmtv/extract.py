@@ -110,9 +110,12 @@ class _EncodeOne:
         self._adapter, self._prompts, self._budget = adapter, prompts, max_prompt_tokens
 
     def __call__(self, index: int) -> dict[str, torch.Tensor] | None:
-        return chunk_or_none(  # the failed-chunk rule: a chunk that cannot be encoded is dropped
-            encode_one_within, self._adapter, self._prompts[index], max_prompt_tokens=self._budget
-        )
+        # the failed-chunk rule: a chunk whose prompt cannot be rendered (images decoded) or encoded
+        # is dropped; the prompt is fetched inside the rule, since a lazy prompt renders on access
+        return chunk_or_none(self._encode, index)
+
+    def _encode(self, index: int) -> dict[str, torch.Tensor] | None:
+        return encode_one_within(self._adapter, self._prompts[index], max_prompt_tokens=self._budget)
 
 
 def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:
