@@ -43,6 +43,9 @@ from torch import nn  # noqa: E402
 from dpmtv.embedded import checkpoint_format as fmt  # noqa: E402
 from dpmtv.embedded import generator as gen  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import task_vector_training as tvt  # noqa: E402
+
 EVAL_SHOTS = (0, 1, 4, 16)
 FINAL_EVAL_SHOTS = (0, 1, 4, 16, 64)
 PROBE_CLASSES = tuple(len(gen.VALUES[a]) for a in gen.ATTRIBUTES)
@@ -80,6 +83,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--probe-weight", type=float, default=0.5)
     p.add_argument("--eos-weight", type=float, default=0.1)
+    p.add_argument(
+        "--tv-weight",
+        type=float,
+        default=0.0,
+        help="weight of the task-vector loss (scripts/task_vector_training.py); 0 turns it off",
+    )
+    p.add_argument("--tv-queries", type=int, default=4, help="zero-shot queries per episode for that loss")
+    p.add_argument("--tv-min-context", type=int, default=4, help="shots before the first averaged position")
+    p.add_argument("--tv-head-fraction", type=float, default=0.5, help="chance each head is overwritten")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
     p.add_argument("--eval-queries", type=int, default=32, help="queries per task and shot count")
     p.add_argument("--final-eval-queries", type=int, default=100)
@@ -126,9 +138,17 @@ def build_eval_set(seed: int, n_queries: int, shots=EVAL_SHOTS) -> dict:
 
 
 @torch.no_grad()
-def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
+def evaluate(model, eval_set: dict, head_outputs=None, batch_rows: int = 256) -> dict:
+    """ICL accuracy per shot count and group; with ``head_outputs``, also the MTV monitor
+    (``"mtv16"``: 16-shot vectors written into zero-shot prompts)."""
     model.eval()
     tasks = gen.task_suite(label_maps=True)
+    groups = {
+        "naming": [t.name for t in tasks if t.kind == "naming"],
+        "seen_predicates": [t.name for t in tasks if t.is_predicate and not t.held_out],
+        "held_out": [t.name for t in tasks if t.is_predicate and t.held_out],
+        "label_maps": [t.name for t in tasks if t.kind == "label_map"],
+    }
     result: dict = {}
     for k, data in eval_set.items():
         n = len(data["ids"])
@@ -145,16 +165,15 @@ def evaluate(model, eval_set: dict, batch_rows: int = 256) -> dict:
             task.name: float(correct[torch.from_numpy(data["task_index"] == i)].float().mean())
             for i, task in enumerate(tasks)
         }
-        groups = {
-            "naming": [t.name for t in tasks if t.kind == "naming"],
-            "seen_predicates": [t.name for t in tasks if t.is_predicate and not t.held_out],
-            "held_out": [t.name for t in tasks if t.is_predicate and t.held_out],
-            "label_maps": [t.name for t in tasks if t.kind == "label_map"],
-        }
         result[str(k)] = {
             **{g: float(np.mean([per_task[n_] for n_ in names])) for g, names in groups.items()},
             "per_task": per_task,
         }
+    if head_outputs is not None and 0 in eval_set and 16 in eval_set:
+        index = {t.name: i for i, t in enumerate(tasks)}
+        result["mtv16"] = tvt.evaluate_task_vectors(
+            model, head_outputs, eval_set, {g: [index[n] for n in names] for g, names in groups.items()}
+        )
     model.train()
     return result
 
@@ -164,7 +183,7 @@ def eval_line(ev: dict) -> str:
         f"{k}-shot nam {v['naming']:.2f} seen {v['seen_predicates']:.2f} "
         f"held {v['held_out']:.2f} map {v['label_maps']:.2f}"
         for k, v in ev.items()
-    )
+    ).replace("mtv16-shot", "MTV-16")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +285,9 @@ class _Run:
         self.hook = self.model.model.multi_modal_projector.register_forward_hook(
             lambda _m, _i, output: self.captured.__setitem__("features", output)
         )
+        self.head_outputs = tvt.HeadOutputs(self.model)
+        # its own stream: with --tv-weight 0 the episodes are those of a run without the loss
+        self.tv_rng = np.random.default_rng([args.seed, 24])
         self.params = list(self.model.parameters()) + list(self.probes.parameters())
         decay = [p for p in self.params if p.dim() >= 2]
         no_decay = [p for p in self.params if p.dim() < 2]
@@ -280,14 +302,18 @@ class _Run:
             fh.write(json.dumps(record) + "\n")
 
     def step(self, batch, k: int, n_episodes: int, lr: float):
-        """One optimiser step on ``batch``; returns (answer loss, probe loss, hits (E, K))."""
+        """One optimiser step on ``batch``; returns (answer loss, probe loss, hits (E, K),
+        task-vector loss and hits, or None when that loss is off)."""
         args = self.args
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         answer_ids = fmt.ANSWER_TOKEN_IDS[batch.answers]
         ids = torch.from_numpy(fmt.episode_ids(answer_ids))
         pixels = fmt.pixels_from_uint8(batch.images)
+        use_tv = args.tv_weight > 0 and k - args.tv_queries > args.tv_min_context
+        self.head_outputs.capturing = use_tv
         logits = self.model(input_ids=ids, pixel_values=pixels).logits
+        self.head_outputs.capturing = False
         pos = torch.from_numpy(fmt.answer_positions(k))
         answer_logits = logits[:, pos]  # (E, K, V)
         answer_targets = torch.from_numpy(answer_ids)
@@ -301,13 +327,26 @@ class _Run:
         pooled = self.captured.pop("features").mean(dim=1)
         loss_probe = self.probes(pooled, torch.from_numpy(batch.codes.reshape(-1, 4)))
         loss = loss_answer + args.eos_weight * loss_eos + args.probe_weight * loss_probe
+        tv = None
+        if use_tv:
+            tv = tvt.task_vector_loss(
+                self.model,
+                self.head_outputs,
+                batch,
+                k,
+                self.tv_rng,
+                queries=args.tv_queries,
+                min_context=args.tv_min_context,
+                head_fraction=args.tv_head_fraction,
+            )
+            loss = loss + args.tv_weight * tv[0]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
         with torch.no_grad():
             hits = (answer_logits.argmax(-1) == answer_targets).numpy()
-        return loss_answer, loss_probe, hits
+        return loss_answer, loss_probe, hits, tv
 
 
 def _command(argv) -> str:
@@ -330,7 +369,7 @@ def _progress_bar(args, budget_s: float):
 
 
 def _empty_running() -> dict:
-    return {"loss": [], "probe": [], "acc": {}}
+    return {"loss": [], "probe": [], "tv_loss": [], "acc": {}}
 
 
 def _record_accuracy(running: dict, hits: np.ndarray, kinds, mix, k: int) -> None:
@@ -353,6 +392,7 @@ def _train_record(running: dict, step: int, elapsed_s: float, lr: float, steps_p
         "lr": lr,
         "loss": float(np.mean(running["loss"])),
         "probe_loss": float(np.mean(running["probe"])),
+        **({"tv_loss": float(np.mean(running["tv_loss"]))} if running["tv_loss"] else {}),
         "train_acc_by_position": by_position,
         "steps_per_s": steps_per_s,
     }
@@ -360,7 +400,7 @@ def _train_record(running: dict, step: int, elapsed_s: float, lr: float, steps_p
 
 def _evaluate_and_save(run: _Run, eval_set, step: int, start: float, summary_base: dict, bar) -> dict:
     """Evaluate, log, print and write an (incomplete) checkpoint."""
-    last_eval = evaluate(run.model, eval_set)
+    last_eval = evaluate(run.model, eval_set, run.head_outputs)
     elapsed = time.monotonic() - start
     run.log({"type": "eval", "step": step, "elapsed_s": round(elapsed, 1), "eval": last_eval})
     msg = f"[eval step {step} {time.monotonic() - start:.0f}s] {eval_line(last_eval)}"
@@ -387,11 +427,16 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
         batch = gen.sample_episodes(rng, n_episodes, k, mix=mix)
         lr = lr_at(step, progress, args)
-        loss_answer, loss_probe, hits = run.step(batch, k, n_episodes, lr)
+        loss_answer, loss_probe, hits, tv = run.step(batch, k, n_episodes, lr)
         step += 1
         running["loss"].append(loss_answer.item())
         running["probe"].append(loss_probe.item())
         _record_accuracy(running, hits, batch.kinds, mix, k)
+        if tv is not None:
+            running["tv_loss"].append(tv[0].item())
+            _record_accuracy(
+                running, tv[1], [f"tv_{kind}" for kind in batch.kinds], {f"tv_{kind}": 1 for kind in mix}, 1
+            )
         now = time.monotonic()
         if bar is not None:
             bar.update(1 if args.steps else int(now - start) - bar.n)
@@ -419,12 +464,13 @@ def _finish(run: _Run, eval_set, step: int, start: float, summary_base: dict) ->
     train_minutes = (time.monotonic() - start) / 60
     run.hook.remove()
     del run.probes  # training aid only: never saved
-    last_eval = evaluate(run.model, eval_set)
+    last_eval = evaluate(run.model, eval_set, run.head_outputs)
     run.log(
         {"type": "eval", "step": step, "elapsed_s": round(time.monotonic() - start, 1), "eval": last_eval}
     )
     final_set = build_eval_set(args.seed + 1_000_003, args.final_eval_queries, FINAL_EVAL_SHOTS)
-    final_eval = evaluate(run.model, final_set)
+    final_eval = evaluate(run.model, final_set, run.head_outputs)
+    run.head_outputs.remove()
     run.log(
         {"type": "final_eval", "step": step, "queries_per_task": args.final_eval_queries, "eval": final_eval}
     )
