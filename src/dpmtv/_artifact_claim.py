@@ -8,8 +8,10 @@ artifact's own public numbers, through the one function that computes it at buil
   over the released layers' norms, or with private selection over the recorded worst-case norms
   (:func:`~dpmtv.privacy.sensitivity.worst_case_clip_norms`), which must dominate the released ones;
 * the accounted events: the Gaussian of ``σ/Δ``, composed with the private selection's event
-  re-planned from ``head_selection`` (:func:`dpmtv.privacy.noisy_top_k.plan_private_selection`),
-  or alone;
+  re-planned from ``head_selection`` (:func:`dpmtv.privacy.noisy_top_k.plan_private_selection`)
+  and a private clip norm's round re-derived from ``privacy.clip_norm_selection``
+  (:func:`dpmtv.privacy.clip_quantile.clip_multiplier_event`; its multiplier on its grid and the
+  released norms its multiple of the recorded public scales), or alone;
 * ``σ`` from the calibration of that event (:func:`dpmtv.privacy.release.calibrated_noise_std`),
   the reference numbers ``σ_analytic`` and the sampler map's ``σ``, and ``epsilon_spent`` from the
   PLD accountant (dp-accounting);
@@ -31,6 +33,7 @@ import dp_accounting
 
 from dpmtv.errors import ArtifactIntegrityError, DpmtvError
 from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
+from dpmtv.privacy.clip_quantile import clip_multiplier_event, clip_norm_candidates
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
 from dpmtv.privacy.noisy_top_k import plan_private_selection
@@ -198,7 +201,7 @@ class _Claim:
             release.noise_multiplier, self.p.noise_multiplier, rel_tol=1e-12
         ):
             self.refuse("accounting_events", "does not end with the Gaussian of privacy.noise_multiplier")
-        expected = self.selection_fixed_events()
+        expected = self.selection_fixed_events() + self.clip_fixed_events()
         if [event_to_json(e) for e in events[:-1]] != [event_to_json(e) for e in expected]:
             self.refuse(
                 "accounting_events", f"is not the composition of {expected!r} with the Gaussian release"
@@ -226,6 +229,35 @@ class _Claim:
         ):
             self.refuse("accounting_events", "disagrees with head_selection.details' event for its k and ε")
         return list(plan.fixed_events)
+
+    def clip_fixed_events(self) -> list[dp_accounting.DpEvent]:
+        """The private clip norm's round (none when C was given), re-derived from its record."""
+        d = self.p.clip_norm_selection
+        if d is None:
+            return []
+        try:
+            fraction, multiplier = float(d["epsilon_fraction"]), float(d["multiplier"])
+            grid = clip_norm_candidates(
+                low=d["multiplier_low"], high=d["multiplier_high"], count=d["multiplier_count"]
+            )
+            scales = [float(g) for g in d["layer_scales"]]
+        except (DpmtvError, KeyError, TypeError, ValueError) as exc:
+            self.refuse("clip_norm_selection", f"cannot be re-derived ({exc!r})")
+        if d.get("method") != "private-quantile" or not 0.0 < fraction < 1.0:
+            self.refuse("clip_norm_selection", "is not a private quantile with a share of epsilon in (0, 1)")
+        epsilon = fraction * self.p.epsilon
+        if not _close(float(d.get("epsilon", math.nan)), epsilon):
+            self.refuse(
+                "clip_norm_selection", f"epsilon is not epsilon_fraction·privacy.epsilon = {epsilon!r}"
+            )
+        if not any(_close(multiplier, c) for c in grid):
+            self.refuse("clip_norm_selection", "multiplier is not on its grid")
+        released = self.p.l2_clip_norm
+        if len(scales) != len(released) or not all(
+            _close(c, multiplier * g) for c, g in zip(released, scales, strict=True)
+        ):
+            self.refuse("l2_clip_norm", "is not clip_norm_selection's multiplier times its layer scales")
+        return [clip_multiplier_event(epsilon=epsilon)]
 
     def calibrated(self, sampler, fixed: list[dp_accounting.DpEvent]) -> None:
         p = self.p

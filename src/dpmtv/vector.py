@@ -81,6 +81,9 @@ class PrivacyMetadata(BaseModel):
     num_unused_records: int | None
     accountant: str
     accounting_events: dict[str, Any]
+    # --l2-clip-norm private: the settings, public layer scales, chosen multiplier and ε of the
+    # clip's round (dpmtv.pipeline.private_clip.ClipChoice); None when C was given or public
+    clip_norm_selection: dict[str, Any] | None = None
 
 
 class ArtifactMetadata(BaseModel):

@@ -83,9 +83,20 @@ _OPTIONS = [
         callback=clip_norms_or_auto,
         default=f"{DEFAULT_L2_CLIP_NORM:g}",
         show_default=True,
-        help="Per-layer L2 clip norm C: one value, one per released layer (comma-separated), or 'auto': "
+        help="Per-layer L2 clip norm C: one value, one per released layer (comma-separated), 'auto': "
         "per layer, the --clip-quantile of the released heads' norms on chunks of --public-data records "
-        "(public, so the chosen C costs no privacy; it is printed and stored in the artifact).",
+        "(public, so the chosen C costs no privacy; it is printed and stored in the artifact), or "
+        "'private': chosen inside the build from the private chunks' own norms for a "
+        "--clip-epsilon-fraction of ε (no public data needed; with --heads-from private, both come "
+        "from the private data alone).",
+    ),
+    click.option(
+        "--clip-epsilon-fraction",
+        type=float,
+        default=0.1,
+        show_default=True,
+        help="With --l2-clip-norm private: the share of ε spent choosing C (one exponential-mechanism "
+        "round); σ of the release is calibrated so the composition meets the total (ε, δ).",
     ),
     click.option(
         "--public-data",
@@ -97,7 +108,7 @@ _OPTIONS = [
         type=float,
         default=DEFAULT_CLIP_QUANTILE,
         show_default=True,
-        help="With --l2-clip-norm auto: the quantile of the public chunk norms taken as C.",
+        help="With --l2-clip-norm auto or private: the quantile of the chunk norms taken as C.",
     ),
     click.option(
         "--shots-per-chunk",

@@ -193,13 +193,16 @@ def float_list(ctx, param, value: str | None) -> tuple[float, ...] | None:
 
 
 def clip_norms_or_auto(ctx, param, value: str | None) -> str | tuple[float, ...] | None:
-    """Click callback: 'auto' (chosen from public data) or '1.5' / '1,2,3' → a tuple of floats."""
-    if value is None or value.strip() == "auto":
-        return None if value is None else "auto"
+    """Click callback: 'auto' (chosen from public data), 'private' (chosen inside the build from
+    the private chunks, for an ε share) or '1.5' / '1,2,3' → a tuple of floats."""
+    if value is None or value.strip() in ("auto", "private"):
+        return None if value is None else value.strip()
     try:
         return tuple(float(part) for part in value.split(","))
     except ValueError:
-        raise click.BadParameter(f"'{value}' is not 'auto', a number or comma-separated numbers") from None
+        raise click.BadParameter(
+            f"'{value}' is not 'auto', 'private', a number or comma-separated numbers"
+        ) from None
 
 
 def guarantee_text(privacy) -> str:

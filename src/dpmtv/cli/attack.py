@@ -148,6 +148,8 @@ def command(**options):
 def _check_mode(options) -> None:
     from dpmtv.errors import ParameterError
 
+    if options["l2_clip_norm"] == "private":
+        raise ParameterError("dpmtv attack takes --l2-clip-norm as numbers or 'auto', not 'private'")
     files = [options["data_path"], options["non_members_path"]]
     if options["embedded_task"] is not None:
         if any(path is not None for path in files):

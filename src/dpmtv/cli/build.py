@@ -82,7 +82,9 @@ def _check_options(options) -> None:
         )
     if (options["head_spec"] is None) == (options["heads_from"] is None):
         raise ParameterError("give exactly one of --heads or --heads-from")
-    _check_auto_clip(options["l2_clip_norm"], options["public_data"], options["heads_from"])
+    _check_auto_clip(
+        options["l2_clip_norm"], options["public_data"], options["heads_from"], options["non_private"]
+    )
     if options["sign_key"] is not None:  # a bad key must not surface after the charge
         from dpmtv.signature import check_signing_key
 
@@ -154,12 +156,23 @@ def _settings(options, **derived) -> BuildSettings:
 def _heads_and_settings(loaded, options) -> tuple[HeadSet | None, BuildSettings]:
     """The released head set (None: chosen privately inside the build) and the settings, with
     C chosen from the public records first for ``--l2-clip-norm auto``."""
+    from dpmtv.pipeline.settings import PrivateClipSettings
+
     heads, head_selection, private_selection = _heads(loaded, options)
-    auto = options["l2_clip_norm"] == "auto"
+    auto, private = options["l2_clip_norm"] == "auto", options["l2_clip_norm"] == "private"
+    private_clip = (
+        PrivateClipSettings(
+            epsilon_fraction=options["clip_epsilon_fraction"], quantile=options["clip_quantile"]
+        )
+        if private
+        else None
+    )
     settings = _settings(
         options,
-        l2_clip_norm=(1.0,) if auto else options["l2_clip_norm"],  # auto: chosen just below
+        # auto: chosen just below; private: inside the build
+        l2_clip_norm=(1.0,) if auto or private else options["l2_clip_norm"],
         private_selection=private_selection,
+        private_clip=private_clip,
         head_selection=head_selection,
     )
     if auto:
@@ -204,7 +217,7 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
     return result
 
 
-def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
+def _check_auto_clip(l2_clip_norm, public_data, heads_from, non_private) -> None:
     """'auto' needs public records and a head set known before the build (not a private pick)."""
     if l2_clip_norm == "auto" and public_data is None:
         raise ParameterError(
@@ -213,6 +226,8 @@ def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
         )
     if l2_clip_norm != "auto" and public_data is not None:
         raise ParameterError("--public-data is used only with --l2-clip-norm auto")
+    if l2_clip_norm == "private" and non_private:
+        raise ParameterError("--l2-clip-norm private spends privacy budget; a --non-private build has none")
     if l2_clip_norm == "auto" and heads_from == "private":
         raise ParameterError(
             "--l2-clip-norm auto needs the released heads before the build, but --heads-from private "

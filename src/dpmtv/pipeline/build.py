@@ -52,6 +52,7 @@ from dpmtv.pipeline.plan import (
     selection_pool,
     weak_signal_notes,
 )
+from dpmtv.pipeline.private_clip import ClipChoice, release_with_private_clip
 from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.settings import (
     BuildSettings,
@@ -136,7 +137,7 @@ def build_task_vector(
     charge = _ChargeOnce(before_noise, plan.event)  # a ledger's preview runs here, before any data
     pool = heads if heads is not None else selection_pool(settings, loaded.adapter.geometry)
     validate_build_inputs(loaded.adapter, records, pool, settings)  # before the charge and any private pass
-    heads, head_selection, reference, noised = run_private_phase(
+    heads, head_selection, reference, noised, layout, clip_choice = run_private_phase(
         lambda: _private_release(loaded, records, heads, settings, plan, charge, executor),
         charged=lambda: charge.done,
         counts_are_private=not (layout.chunked.counts_are_public or settings.show_private_counts),
@@ -152,6 +153,7 @@ def build_task_vector(
         head_selection,
         workers=workers,
         created_at=started_at,
+        clip_norm_selection=None if clip_choice is None else clip_choice.to_metadata(),
     )
     path = save_task_vector(vector, out) if out is not None else None
     if path is not None:  # the file's time is the build's one time too
@@ -168,9 +170,10 @@ def _private_release(
     plan: BuildPlan,
     charge: _ChargeOnce,
     executor: Executor | None,
-) -> tuple[HeadSet, dict[str, Any], dict[int, np.ndarray], NoisedVector]:
+) -> tuple[HeadSet, dict[str, Any], dict[int, np.ndarray], NoisedVector, BuildLayout, ClipChoice | None]:
     """The private part of a build, guarded by :func:`run_private_phase`: (private selection,)
-    extraction, sum, noise once. Returns (heads, head_selection, reference, noised release)."""
+    extraction, (private clip norm,) sum, noise once. Returns (heads, head_selection, reference,
+    noised release, the layout with the norms used, the clip choice or None)."""
     layout = plan.layout
     head_selection = settings.head_selection
     if heads is None:
@@ -179,6 +182,11 @@ def _private_release(
         heads, head_selection = selection.heads, selection.to_metadata()
 
     reference = reference_activations(loaded, heads, settings)
+    if settings.private_clip is not None:
+        layout, noised, choice = release_with_private_clip(
+            loaded, records, heads, settings, plan, reference, charge, executor
+        )
+        return heads, head_selection, reference, noised, layout, choice
     accumulator = sum_clipped_chunks(
         loaded,
         records,
@@ -198,7 +206,7 @@ def _private_release(
         allow_non_private=settings.non_private,
         l2_sensitivity=layout.l2_sensitivity,
     )
-    return heads, head_selection, reference, noised
+    return heads, head_selection, reference, noised, layout, None
 
 
 def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSettings:
@@ -218,6 +226,7 @@ def _task_vector(
     *,
     workers: int = 1,
     created_at: str | None = None,
+    clip_norm_selection: dict[str, Any] | None = None,
 ) -> TaskVector:
     """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
     head_dim = loaded.adapter.geometry.head_dim
@@ -236,6 +245,7 @@ def _task_vector(
             head_selection,
             workers=workers,
             created_at=created_at,
+            clip_norm_selection=clip_norm_selection,
         ),
         reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
     )
@@ -344,11 +354,16 @@ def build_task_vectors_for_epsilons(
     only σ differs — but the chunks go through the model once instead of once per ε (as the demo
     does). Releasing one dataset at several ε composes; that is why the seeded mode is required.
     """
-    if settings.insecure_seed is None or settings.non_private or settings.private_selection is not None:
+    if (
+        settings.insecure_seed is None
+        or settings.non_private
+        or settings.private_selection is not None
+        or settings.private_clip is not None
+    ):
         raise ParameterError(
             "several releases from one extraction are for seeded experiments with a fixed head set "
-            "(insecure_seed set, no private selection, not non-private): one dataset released at "
-            "several ε composes"
+            "and clip norm (insecure_seed set, no private selection or clip norm, not non-private): "
+            "one dataset released at several ε composes"
         )
     _validate(settings, records, heads)
     check_public_inputs(records, **_public_inputs(settings))  # before any forward pass

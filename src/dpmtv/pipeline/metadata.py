@@ -39,12 +39,14 @@ def artifact_metadata(
     *,
     workers: int = 1,
     created_at: str | None = None,
+    clip_norm_selection: dict[str, Any] | None = None,
 ) -> ArtifactMetadata:
     """``partition``: the release's chunks (a half with parallel selection); ``chunked``: the
     build's whole partition, whose counts are stored only where they are public (replace-one).
     Every field, and why it is public: ``docs/design.md``, "Artifact metadata". ``created_at``:
     the build's one time (:mod:`dpmtv._build_time`, taken before the records were read); default
-    now, for experiments that write nothing."""
+    now, for experiments that write nothing. ``clip_norm_selection``: a private clip norm's
+    public settings, scales and chosen multiplier (:class:`dpmtv.pipeline.private_clip.ClipChoice`)."""
     relation = chunked.relation
     replace_one = chunked.counts_are_public
     privacy = PrivacyMetadata(
@@ -70,6 +72,7 @@ def artifact_metadata(
         num_unused_records=partition.num_unused if replace_one else None,
         accountant=ACCOUNTANT_DESCRIPTION,
         accounting_events=event_to_json(plan.event),
+        clip_norm_selection=clip_norm_selection,
     )
     return ArtifactMetadata(
         library_version=__version__,

@@ -26,14 +26,21 @@ from dpmtv.privacy import (
     make_sampler,
     parse_l2_clip_norms,
 )
+from dpmtv.privacy.clip_quantile import clip_multiplier_event
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.noise import NoiseSampler
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
-from dpmtv.privacy.relation import AdjacencyRelation
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 
-__all__ = ["BuildLayout", "BuildPlan", "plan_build", "plan_layout"]
+__all__ = [
+    "BuildLayout",
+    "BuildPlan",
+    "plan_build",
+    "plan_layout",
+    "private_clip_events",
+    "release_sensitivity",
+]
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class BuildLayout:
     chunked: PrivatePartition
     selection_part: Partition
     release_part: Partition
-    l2_clip_norms: dict[int, float]
+    l2_clip_norms: dict[int, float]  # with a private clip norm: provisional (1.0) until chosen
     l2_sensitivity: float
 
 
@@ -69,7 +76,7 @@ def plan_layout(
     geometry = loaded.adapter.geometry
     candidate_layers = heads.layers if heads is not None else selection_pool(settings, geometry).layers
     clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
-    sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks, settings.relation)
+    sensitivity = release_sensitivity(clip_norms, heads, settings, release_part.num_chunks)
     return BuildLayout(chunked, selection_part, release_part, clip_norms, sensitivity)
 
 
@@ -97,7 +104,8 @@ def plan_build(
     notes = count_notes(layout.chunked, settings, stacklevel=4)
     selection = _plan_selection(settings)
     release = plan_release(settings, layout.l2_sensitivity, sampler, selection)
-    notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
+    if settings.private_clip is None:  # a private C is not known yet
+        notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
     return BuildPlan(layout, sampler, selection, release, build_event(release, selection), tuple(notes))
 
 
@@ -157,17 +165,23 @@ def selection_pool(settings: BuildSettings, geometry: HeadGeometry) -> HeadSet:
     return parse_head_spec(pool, geometry)
 
 
-def _sensitivity(
-    clip_norms: dict[int, float],
-    heads: HeadSet | None,
-    settings: BuildSettings,
-    num_chunks: int,
-    relation: AdjacencyRelation,
+def release_sensitivity(
+    clip_norms: dict[int, float], heads: HeadSet | None, settings: BuildSettings, num_chunks: int
 ) -> float:
     """Δ over the released layers; with private selection, the worst case over the at most
-    min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent)."""
+    min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent). With a
+    private clip norm it is computed again from the chosen norms (a function of an ε-DP output:
+    the Gaussian's multiplier, and so the accounted event, does not depend on Δ)."""
     norms = sensitivity_clip_norms(clip_norms, heads, settings)  # as the artifact records them
-    return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=relation)
+    return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=settings.relation)
+
+
+def private_clip_events(settings: BuildSettings) -> tuple[dp_accounting.DpEvent, ...]:
+    """The private clip norm's one pure round at its share of ε (none without one)."""
+    clip = settings.private_clip
+    if clip is None:
+        return ()
+    return (clip_multiplier_event(epsilon=clip.epsilon_fraction * settings.epsilon),)
 
 
 def plan_release(
@@ -179,6 +193,7 @@ def plan_release(
     if settings.non_private:
         return None
     fixed = selection_plan.fixed_events if selection_plan is not None else ()
+    fixed = (*fixed, *private_clip_events(settings))  # the clip runs on the release chunks
     return plan_gaussian_release(
         l2_sensitivity=sensitivity,
         epsilon=settings.epsilon,

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from dpmtv.errors import ParameterError
 from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import AdjacencyRelation, parse_relation
+from dpmtv.privacy.clip_quantile import DEFAULT_CLIP_QUANTILE, clip_norm_candidates
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
@@ -24,10 +25,10 @@ __all__ = [
     "DEFAULT_SHOTS_PER_CHUNK",
     "BuildSettings",
     "Centring",
+    "PrivateClipSettings",
     "PrivateSelectionSettings",
     "QueryKind",
 ]
-
 
 
 class QueryKind(str, Enum):
@@ -69,6 +70,48 @@ class PrivateSelectionSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrivateClipSettings:
+    """``--l2-clip-norm private``: the clip norms chosen inside the build from the release chunks'
+    own norms, in one ``epsilon_fraction·ε``-DP round
+    (:func:`dpmtv.privacy.clip_quantile.private_clip_multiplier`): layer ``l`` is clipped at
+    ``c·g_l``, ``g_l`` the released heads' norm in that layer on a public blank-image prompt, ``c``
+    the private ``quantile`` of each chunk's largest norm-to-``g`` ratio over the public geometric
+    grid of ``multiplier_count`` multipliers from ``multiplier_low`` to ``multiplier_high``. The
+    release's σ is calibrated on the rest of the budget (the PLD accountant composes both)."""
+
+    epsilon_fraction: float = 0.1
+    quantile: float = DEFAULT_CLIP_QUANTILE
+    multiplier_low: float = 1 / 64
+    multiplier_high: float = 64.0
+    multiplier_count: int = 49
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.epsilon_fraction < 1.0:
+            raise ParameterError(
+                f"the private clip norm's share of epsilon (--clip-epsilon-fraction) must be in (0, 1), "
+                f"got {self.epsilon_fraction!r}"
+            )
+        if not 0.0 < self.quantile < 1.0:
+            raise ParameterError(f"--clip-quantile must be in (0, 1), got {self.quantile!r}")
+
+    @property
+    def multipliers(self) -> tuple[float, ...]:
+        return clip_norm_candidates(
+            low=self.multiplier_low, high=self.multiplier_high, count=self.multiplier_count
+        )
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "method": "private-quantile",
+            "epsilon_fraction": self.epsilon_fraction,
+            "quantile": self.quantile,
+            "multiplier_low": self.multiplier_low,
+            "multiplier_high": self.multiplier_high,
+            "multiplier_count": self.multiplier_count,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildSettings:
     """Everything a build needs besides the model, the records and the head set.
 
@@ -97,6 +140,8 @@ class BuildSettings:
     non_private: bool = False
     show_private_counts: bool = False  # N, #users, dropped records in the notes (never stored)
     private_selection: PrivateSelectionSettings | None = None
+    # None: l2_clip_norm is used as given; else C is chosen privately inside the build
+    private_clip: PrivateClipSettings | None = None
     head_selection: dict[str, Any] = field(default_factory=lambda: {"method": "user"})
     progress: bool = True
     # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
@@ -116,6 +161,8 @@ class BuildSettings:
         _check_counts(self)
         if self.non_private and self.private_selection is not None:
             raise ParameterError("private head selection makes no sense in a non-private build")
+        if self.non_private and self.private_clip is not None:
+            raise ParameterError("a private clip norm makes no sense in a non-private build")
 
     @property
     def relation(self) -> AdjacencyRelation:

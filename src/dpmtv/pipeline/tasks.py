@@ -4,7 +4,10 @@ records at a time, run by an executor in this process or on Ray workers:
 * :class:`ClippedSum` — the build's release: the sum of the chunks' clipped vectors (the build
   takes its mean and adds noise once, on the driver);
 * :class:`ClippedRows` — the sensitivity audit (:mod:`dpmtv.audit.sensitivity`): the clipped
-  vector of each chunk, kept in the driver's memory.
+  vector of each chunk, kept in the driver's memory;
+* :class:`CenteredRows` — a build with a private clip norm (:mod:`dpmtv.pipeline.private_clip`):
+  each chunk's centered, not yet clipped vector, kept in the driver's memory until the norms are
+  chosen and the rows clipped and summed there.
 
 Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, one forward
 pass per chunk, centring, per-layer clipping), so distributed results are the local ones computed
@@ -33,7 +36,15 @@ from dpmtv.privacy import ClippedSumAccumulator, Partition, clip_l2_per_layer
 from dpmtv.privacy.aggregate import max_clipped_sum_norm
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 
-__all__ = ["ChunkJob", "ClippedRows", "ClippedSum", "iter_clipped_chunks", "sum_clipped_chunks"]
+__all__ = [
+    "CenteredRows",
+    "ChunkJob",
+    "ClippedRows",
+    "ClippedSum",
+    "iter_centered_chunks",
+    "iter_clipped_chunks",
+    "sum_clipped_chunks",
+]
 
 
 def iter_clipped_chunks(
@@ -45,8 +56,21 @@ def iter_clipped_chunks(
     reference: dict[int, np.ndarray],
     clip_norms: dict[int, float],
 ) -> Iterator[dict[int, np.ndarray]]:
-    """Per non-empty chunk: the selected heads' last-token outputs, centred and clipped per
-    layer, ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
+    """:func:`iter_centered_chunks`, each chunk clipped per layer to ``clip_norms``."""
+    for centered in iter_centered_chunks(loaded, records, partition, heads, settings, reference):
+        yield clip_l2_per_layer(centered, l2_clip_norms=clip_norms)
+
+
+def iter_centered_chunks(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    heads: HeadSet,
+    settings: BuildSettings,
+    reference: dict[int, np.ndarray],
+) -> Iterator[dict[int, np.ndarray]]:
+    """Per non-empty chunk: the selected heads' last-token outputs, centered,
+    ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
     chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
     rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`), yields zero rows (it
     contributes nothing). These are private, un-noised per-chunk
@@ -68,8 +92,7 @@ def iter_clipped_chunks(
             if activations is None:  # dropped by a public rule (budget, failed chunk): no contribution
                 yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
             else:
-                centred = {layer: values - reference[layer] for layer, values in activations.items()}
-                yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
+                yield {layer: values - reference[layer] for layer, values in activations.items()}
             advance(1)
 
 
@@ -99,6 +122,13 @@ class ChunkJob:
         return iter_clipped_chunks(
             loaded, records, partition, self.heads, settings, self.reference, self.l2_clip_norms
         )
+
+    def centered_chunks(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> Iterator[dict[int, np.ndarray]]:
+        """:func:`iter_centered_chunks` with this job (its clip norms unused)."""
+        settings = dataclasses.replace(self.settings, progress=progress)
+        return iter_centered_chunks(loaded, records, partition, self.heads, settings, self.reference)
 
 
 @dataclass(frozen=True)
@@ -179,6 +209,43 @@ class ClippedRows(_ClippedChunksTask):
 
     def combine(self, results: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(results)
+
+
+@dataclass(frozen=True)
+class CenteredRows(_ClippedChunksTask):
+    """Each non-empty chunk's centered vector before clipping, ``{layer: (chunks, k_l*d)}``
+    float64, for a clip norm chosen privately from them. Private and un-noised: held in the
+    driver's memory, clipped and summed there, never written."""
+
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> dict[int, np.ndarray]:
+        chunks = list(self.job.centered_chunks(loaded, records, partition, progress=progress))
+        return self.combine([{layer: chunk[layer] for layer in self.job.heads.layers} for chunk in chunks])
+
+    def combine(self, results: list[dict[int, np.ndarray]]) -> dict[int, np.ndarray]:
+        """Stacked in the order given (chunk order)."""
+        dims = self.job.layer_dims
+        return {
+            layer: np.concatenate([r[layer] for r in results]).astype(np.float64)
+            if results
+            else np.zeros((0, dims[layer]))
+            for layer in self.job.heads.layers
+        }
+
+    def check_batch(self, value: object, *, batch_id: int, num_chunks: int) -> None:
+        """A worker's rows: one per chunk in each layer, of the layer's width, finite."""
+        dims = self.job.layer_dims
+        if (
+            not isinstance(value, dict)
+            or sorted(value) != sorted(dims)
+            or any(np.shape(value[layer]) != (num_chunks, dims[layer]) for layer in dims)
+            or not all(np.all(np.isfinite(value[layer])) for layer in dims)
+        ):
+            raise DistributedError(
+                f"batch {batch_id}: the worker's answer is not {num_chunks} finite chunk row(s) over "
+                f"layers {sorted(dims)}; refused before the noise"
+            )
 
 
 def sum_clipped_chunks(

@@ -35,6 +35,20 @@ function of an ε-DP output, covered by adaptive composition.
 
 What is public: the grid, ``α``, ``ε`` and ``m``. The chosen norms are private outputs of this
 mechanism (released, like the vector). The norms themselves never leave the caller.
+
+One round over public layer scales (what the build uses)
+=========================================================
+
+Splitting ``ε`` over ``L`` layers leaves each layer ``ε/L``; with ``m`` = 256 chunks and ``L`` = 4
+the Gumbel noise (``b = 2Δ∞L/ε``) then swamps the scores' whole range at ``ε`` = 0.1 and the
+choice is close to uniform over the grid. :func:`private_clip_multiplier` spends ``ε`` in ONE
+round instead: given PUBLIC per-layer scales ``g_l`` (the build takes each layer's norm on a
+public blank-image prompt), each chunk contributes the one number ``r_j = max_l n_{j,l} / g_l``,
+the grid holds candidate multipliers ``c``, and the build clips layer ``l`` at ``C_l = c·g_l``.
+``r_j`` is a function of chunk ``j`` alone, so a neighbouring dataset still changes one
+coordinate of ``r``: the same ``Δ∞`` as one layer above, one ``DiscreteLaplaceDpEvent(ε, 1)``
+(:func:`clip_multiplier_event`), and the ``α``-quantile of ``r`` leaves a share ``1 − α`` of the
+chunks unclipped in every layer.
 """
 
 from __future__ import annotations
@@ -51,9 +65,11 @@ from dpmtv.privacy._checks import check_int, check_positive
 
 __all__ = [
     "DEFAULT_CLIP_QUANTILE",
+    "clip_multiplier_event",
     "clip_norm_candidates",
     "clip_quantile_event",
     "clip_quantile_scale",
+    "private_clip_multiplier",
     "private_clip_norms",
     "quantile_scores",
     "quantile_score_sensitivity",
@@ -126,6 +142,59 @@ def clip_quantile_event(*, epsilon: float, num_layers: int) -> dp_accounting.DpE
     return dp_accounting.SelfComposedDpEvent(per_layer, num_layers) if num_layers > 1 else per_layer
 
 
+def clip_multiplier_event(*, epsilon: float) -> dp_accounting.DpEvent:
+    """``DiscreteLaplaceDpEvent(ε, 1)``: the one pure ``ε``-DP round of :func:`private_clip_multiplier`."""
+    return DiscreteLaplaceDpEvent(noise_parameter=check_positive("epsilon", epsilon), sensitivity=1)
+
+
+def private_clip_multiplier(
+    chunk_norms: np.ndarray,
+    *,
+    layer_scales: Sequence[float],
+    candidates: Sequence[float],
+    epsilon: float,
+    alpha: float = DEFAULT_CLIP_QUANTILE,
+    rng: np.random.Generator | None = None,
+    allow_non_private: bool = False,
+) -> float:
+    """The private ``α``-quantile, over the grid ``candidates``, of each chunk's largest ratio
+    ``max_l n_{j,l} / g_l`` (``chunk_norms`` ``(m, L)``, public ``layer_scales`` ``g`` ``(L,)``):
+    one ``ε``-DP round (module docstring); layer ``l`` is then clipped at ``c·g_l``.
+
+    ``rng`` and ``epsilon = inf`` as in :func:`private_clip_norms`."""
+    norms = _checked_norms(chunk_norms)
+    scales = np.asarray(layer_scales, dtype=np.float64)
+    if scales.shape != (norms.shape[1],) or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+        raise ParameterError(
+            f"layer_scales must be {norms.shape[1]} finite values > 0 (one per layer), "
+            f"got {list(layer_scales)!r}"
+        )
+    grid = _check_candidates(candidates)
+    scale = _gumbel_scale(epsilon, grid, alpha, allow_non_private)
+    return grid[_choose((norms / scales).max(axis=1), grid, alpha, scale, rng)]
+
+
+def _checked_norms(chunk_norms: np.ndarray) -> np.ndarray:
+    norms = np.asarray(chunk_norms, dtype=np.float64)  # (m, L)
+    if norms.ndim != 2 or norms.shape[0] < 1 or norms.shape[1] < 1:
+        raise ParameterError(f"chunk_norms must have shape (m, L) with m, L >= 1, got {norms.shape}")
+    return norms
+
+
+def _gumbel_scale(epsilon: float, grid: list[float], alpha: float, allow_non_private: bool) -> float | None:
+    """The Gumbel scale of one ``epsilon``-DP choice; None (exact) for ``epsilon = inf``."""
+    if math.isinf(float(epsilon)) and float(epsilon) > 0:
+        if not allow_non_private:
+            raise DangerousModeError(
+                "epsilon = inf chooses clip norms without noise (no privacy guarantee); pass "
+                "allow_non_private=True for this baseline"
+            )
+        return None
+    return clip_quantile_scale(
+        epsilon=float(epsilon), linf_sensitivity=quantile_score_sensitivity(candidates=grid, alpha=alpha)
+    )
+
+
 def private_clip_norms(
     chunk_norms: np.ndarray,
     *,
@@ -141,25 +210,10 @@ def private_clip_norms(
     ``rng`` (numpy) is for tests and seeded experiments only. ``epsilon = inf`` returns the exact
     best candidate of each layer and needs ``allow_non_private=True``.
     """
-    norms = np.asarray(chunk_norms, dtype=np.float64)  # (m, L)
-    if norms.ndim != 2 or norms.shape[0] < 1 or norms.shape[1] < 1:
-        raise ParameterError(f"chunk_norms must have shape (m, L) with m, L >= 1, got {norms.shape}")
+    norms = _checked_norms(chunk_norms)
     grid = _check_candidates(candidates)
     num_layers = norms.shape[1]
-    exact = math.isinf(float(epsilon)) and float(epsilon) > 0
-    if exact and not allow_non_private:
-        raise DangerousModeError(
-            "epsilon = inf chooses clip norms without noise (no privacy guarantee); pass "
-            "allow_non_private=True for this baseline"
-        )
-    scale = (
-        None
-        if exact
-        else clip_quantile_scale(
-            epsilon=float(epsilon) / num_layers,
-            linf_sensitivity=quantile_score_sensitivity(candidates=grid, alpha=alpha),
-        )
-    )
+    scale = _gumbel_scale(float(epsilon) / num_layers, grid, alpha, allow_non_private)
     return tuple(grid[_choose(norms[:, layer], grid, alpha, scale, rng)] for layer in range(num_layers))
 
 

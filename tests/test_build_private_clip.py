@@ -1,0 +1,116 @@
+"""--l2-clip-norm private in the library: the build clips at c·g_l with c chosen by one ε_clip-DP
+round on the release chunks' own norms, its event is charged before that round and composed
+into the one accounted event, and the artifact's claim re-derives it."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from dp_accounting.pld import common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from dpmtv.data import load_records
+from dpmtv.errors import ArtifactIntegrityError, ParameterError
+from dpmtv.heads import parse_head_spec
+from dpmtv.pipeline.build import BuildSettings, build_task_vector, build_task_vectors_for_epsilons
+from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.private_clip import public_layer_scales
+from dpmtv.pipeline.settings import PrivateClipSettings
+from dpmtv.pipeline.tasks import iter_centered_chunks
+from dpmtv.privacy import derive_insecure_seed, epsilon_of, event_from_json, seeded_rng
+from dpmtv.privacy.clip_quantile import private_clip_multiplier
+from dpmtv.vector import load_task_vector
+
+CLIP = PrivateClipSettings(epsilon_fraction=0.2)
+SETTINGS = BuildSettings(
+    epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=4, progress=False, private_clip=CLIP
+)
+
+
+def _heads(tiny_llava):
+    return parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+
+
+def test_the_build_clips_at_the_multiplier_a_seeded_round_picks_from_the_chunks_own_norms(
+    tiny_llava, records_file, tmp_path
+):
+    records, heads = load_records(records_file), _heads(tiny_llava)
+    settings = replace(SETTINGS, insecure_seed=7, allow_insecure_seed=True)
+    result = build_task_vector(tiny_llava, records, heads, settings, out=tmp_path / "v.safetensors")
+    p = load_task_vector(result.path).metadata.privacy
+    chosen = p.clip_norm_selection
+    scales = public_layer_scales(tiny_llava, heads, settings)
+    assert chosen["layer_scales"] == pytest.approx([scales[layer] for layer in heads.layers])
+    assert p.l2_clip_norm == pytest.approx([chosen["multiplier"] * g for g in chosen["layer_scales"]])
+    # the same round, redone here from the chunks' own (unclipped) vectors
+    layout = plan_layout(tiny_llava, records, heads, settings)
+    dims = {
+        layer: len(heads.heads_in(layer)) * tiny_llava.adapter.geometry.head_dim for layer in heads.layers
+    }
+    reference = {layer: np.zeros(dims[layer]) for layer in heads.layers}
+    rows = list(iter_centered_chunks(tiny_llava, records, layout.release_part, heads, settings, reference))
+    norms = np.array([[np.linalg.norm(r[layer]) for layer in heads.layers] for r in rows])
+    redone = private_clip_multiplier(
+        norms,
+        layer_scales=chosen["layer_scales"],
+        candidates=CLIP.multipliers,
+        epsilon=0.2,
+        rng=seeded_rng(derive_insecure_seed(7, "private-clip-norm")),
+    )
+    assert chosen["multiplier"] == redone
+    assert p.l2_sensitivity == pytest.approx(2 * math.sqrt(sum(c * c for c in p.l2_clip_norm)) / p.num_chunks)
+
+
+def test_the_clip_round_is_composed_into_the_one_charged_event(tiny_llava, records_file, tmp_path):
+    charged = []
+    result = build_task_vector(
+        tiny_llava, load_records(records_file), _heads(tiny_llava), SETTINGS, before_noise=charged.append
+    )
+    p = result.vector.metadata.privacy
+    assert len(charged) == 1 and json.dumps(p.accounting_events, sort_keys=True)
+    event = event_from_json(p.accounting_events)
+    # the composition of the pure 0.2-DP round and the Gaussian, by dp-accounting directly
+    pure = pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(0.2, 0.0))
+    gaussian = pld_lib.from_gaussian_mechanism(p.noise_multiplier, value_discretization_interval=1e-4)
+    direct = pure.compose(gaussian).get_epsilon_for_delta(1e-5)
+    assert epsilon_of(event, delta=1e-5) == pytest.approx(direct, rel=2e-3)
+    assert p.epsilon_spent <= 1.0
+    # the release spends less than the whole budget: its σ is that of ε < 1
+    alone = BuildSettings(epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=4, progress=False)
+    plain = build_task_vector(tiny_llava, load_records(records_file), _heads(tiny_llava), alone)
+    assert p.noise_multiplier > plain.vector.metadata.privacy.noise_multiplier
+
+
+def test_a_claim_with_an_edited_multiplier_or_share_is_refused(tiny_llava, records_file, tmp_path):
+    result = build_task_vector(
+        tiny_llava, load_records(records_file), _heads(tiny_llava), SETTINGS, out=tmp_path / "v.safetensors"
+    )
+    from dpmtv._artifact_claim import check_privacy_claim
+
+    metadata = result.vector.metadata
+    check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where="v")
+    for field, value in (("multiplier", 1.2345), ("epsilon_fraction", 0.5), ("epsilon", 0.3)):
+        edited = metadata.privacy.model_copy(
+            update={"clip_norm_selection": {**metadata.privacy.clip_norm_selection, field: value}}
+        )
+        with pytest.raises(ArtifactIntegrityError, match="clip_norm_selection|l2_clip_norm"):
+            check_privacy_claim(edited, head_selection=metadata.head_selection, where="v")
+    dropped = metadata.privacy.model_copy(update={"clip_norm_selection": None})
+    with pytest.raises(ArtifactIntegrityError, match="accounting_events"):
+        check_privacy_claim(dropped, head_selection=metadata.head_selection, where="v")
+
+
+def test_settings_refuse_bad_shares_and_one_extraction_for_several_epsilons(tiny_llava, records_file):
+    with pytest.raises(ParameterError, match="clip-epsilon-fraction"):
+        PrivateClipSettings(epsilon_fraction=1.0)
+    with pytest.raises(ParameterError, match="non-private"):
+        replace(SETTINGS, non_private=True, epsilon=math.inf)
+    seeded = replace(SETTINGS, insecure_seed=1, allow_insecure_seed=True)
+    with pytest.raises(ParameterError, match="clip norm"):
+        build_task_vectors_for_epsilons(
+            tiny_llava, load_records(records_file), _heads(tiny_llava), seeded, epsilons=(1.0, 2.0)
+        )

@@ -1,0 +1,64 @@
+"""The private-only path from the command line: ``--heads-from private --l2-clip-norm private``
+chooses heads and C from the private records alone, under one (ε, δ), with no public data."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from dpmtv.cli import main
+from dpmtv.privacy import epsilon_of, event_from_json
+from dpmtv.vector import load_task_vector
+
+
+def _build(model, data, out, *extra):
+    args = ["build", "--model", str(model), "--data", str(data), "--epsilon", "1", "--shots-per-chunk", "4"]
+    return CliRunner().invoke(main, [*args, "--out", str(out), "--quiet", *extra])
+
+
+def test_heads_and_clip_norm_from_the_private_data_alone(tiny_llava_path, records_file, tmp_path):
+    out = tmp_path / "v.safetensors"
+    result = _build(
+        tiny_llava_path,
+        records_file,
+        out,
+        "--heads-from",
+        "private",
+        "--select-k",
+        "3",
+        "--selection-fraction",
+        "0.3",
+        "--l2-clip-norm",
+        "private",
+        "--clip-epsilon-fraction",
+        "0.2",
+    )
+    assert result.exit_code == 0, result.output
+    metadata = load_task_vector(out).metadata  # the load re-derives the whole claim
+    p = metadata.privacy
+    assert metadata.head_selection["method"] == "private-noisy-top-k"
+    assert p.clip_norm_selection["epsilon"] == 0.2 and p.clip_norm_selection["method"] == "private-quantile"
+    assert len(p.l2_clip_norm) == len({layer for layer, _ in metadata.heads})
+    # selection, clip round and Gaussian: one event, within the budget
+    event = event_from_json(p.accounting_events)
+    assert len(event.events) == 3 and epsilon_of(event, delta=p.delta) <= 1.0 + 1e-9
+
+
+def test_a_private_clip_norm_refuses_public_data_and_non_private_builds(
+    tiny_llava_path, records_file, tmp_path
+):
+    public = tmp_path / "public.jsonl"
+    public.write_text("")
+    with_public = _build(
+        tiny_llava_path, records_file, tmp_path / "a", "--heads", "all", "--l2-clip-norm", "private",
+        "--public-data", public,
+    )  # fmt: skip
+    assert (
+        with_public.exit_code == 2
+        and "--public-data is used only with --l2-clip-norm auto" in with_public.output
+    )
+    args = ["build", "--model", str(tiny_llava_path), "--data", str(records_file), "--heads", "all"]
+    non_private = CliRunner().invoke(
+        main, [*args, "--non-private", "--l2-clip-norm", "private", "--out", str(tmp_path / "b"), "--quiet"]
+    )
+    assert non_private.exit_code == 2 and "--non-private" in non_private.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
