@@ -19,7 +19,7 @@ USER_LEVEL = dict(privacy_unit="user", num_chunks=16, max_records_per_user=2)
 
 
 def _settings(**changes) -> BuildSettings:
-    # A tiny clip norm clips every chunk, and centring on a blank image spreads the directions,
+    # A tiny clip norm clips every chunk, and centering on a blank image spreads the directions,
     # so changes move chunk vectors by a sizeable share of the worst case 2C.
     base = dict(
         epsilon=1.0, delta=1e-5, l2_clip_norm=(1e-3,), shots_per_chunk=4, center="blank", progress=False

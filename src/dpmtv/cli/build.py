@@ -60,8 +60,8 @@ def command(**options) -> None:
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
     heads, settings = _heads_and_settings(loaded, options)
     num_heads = len(heads.pairs) if heads is not None else options["select_k"]
-    centred, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
-    check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centred=centred))
+    centered, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
+    check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centered=centered))
     result = _build(loaded, records, heads, settings, options, charge, started_at=started_at)
     for note in result.warnings:
         print_warning(note)
@@ -221,7 +221,7 @@ def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
 
 
 def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -> tuple[float, ...]:
-    """C per released layer from the PUBLIC records alone, centred as the build centres."""
+    """C per released layer from the PUBLIC records alone, centered as the build centers."""
     from dpmtv.data import load_records
     from dpmtv.pipeline.build import reference_activations
     from dpmtv.pipeline.public_clip import public_clip_norms

@@ -55,7 +55,7 @@ from dpmtv.pipeline.plan import (
 from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.settings import (
     BuildSettings,
-    Centring,
+    Centering,
     PrivateSelectionSettings,
     QueryKind,
 )
@@ -80,7 +80,7 @@ __all__ = [
     "DEFAULT_QUERY_QUESTION",
     "BuildResult",
     "BuildSettings",
-    "Centring",
+    "Centering",
     "PrivateSelectionSettings",
     "QueryKind",
     "build_task_vector",
@@ -237,7 +237,7 @@ def _task_vector(
             workers=workers,
             created_at=created_at,
         ),
-        reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
+        reference=None if settings.center is Centering.NONE else reference_rows.astype(np.float32),
     )
 
 
@@ -273,7 +273,7 @@ def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet
 
 def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
     """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
-    center = {"--center": str(settings.center_records)} if settings.center is Centring.PUBLIC_RECORDS else {}
+    center = {"--center": str(settings.center_records)} if settings.center is Centering.PUBLIC_RECORDS else {}
     query = {"--query": str(settings.query_image)} if settings.query is QueryKind.PUBLIC_IMAGE else {}
     return {"public_records": center, "public_images": query}
 
@@ -309,10 +309,10 @@ def _select_privately(
 def reference_activations(
     loaded: LoadedModel, heads: HeadSet, settings: BuildSettings
 ) -> dict[int, np.ndarray]:
-    """Public centring reference per layer (zero when not centring)."""
-    if settings.center is Centring.NONE:
+    """Public centering reference per layer (zero when not centering)."""
+    if settings.center is Centering.NONE:
         return {layer: np.zeros(dim) for layer, dim in layer_dims(loaded, heads).items()}
-    if settings.center is Centring.BLANK:
+    if settings.center is Centering.BLANK:
         prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
     else:
         public, question = load_records(str(settings.center_records)), settings.query_question

@@ -7,7 +7,7 @@ records at a time, run by an executor in this process or on Ray workers:
   vector of each chunk, kept in the driver's memory.
 
 Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, one forward
-pass per chunk, centring, per-layer clipping), so distributed results are the local ones computed
+pass per chunk, centering, per-layer clipping), so distributed results are the local ones computed
 in pieces. (Private selection's votes are :class:`dpmtv.selection.private.HeadVotes`.)
 """
 
@@ -45,7 +45,7 @@ def iter_clipped_chunks(
     reference: dict[int, np.ndarray],
     clip_norms: dict[int, float],
 ) -> Iterator[dict[int, np.ndarray]]:
-    """Per non-empty chunk: the selected heads' last-token outputs, centred and clipped per
+    """Per non-empty chunk: the selected heads' last-token outputs, centered and clipped per
     layer, ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
     chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
     rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`), yields zero rows (it
@@ -68,15 +68,15 @@ def iter_clipped_chunks(
             if activations is None:  # dropped by a public rule (budget, failed chunk): no contribution
                 yield {layer: np.zeros((1, np.size(reference[layer]))) for layer in heads.layers}
             else:
-                centred = {layer: values - reference[layer] for layer, values in activations.items()}
-                yield clip_l2_per_layer(centred, l2_clip_norms=clip_norms)
+                centered = {layer: values - reference[layer] for layer, values in activations.items()}
+                yield clip_l2_per_layer(centered, l2_clip_norms=clip_norms)
             advance(1)
 
 
 @dataclass(frozen=True)
 class ChunkJob:
     """What every chunk of one extraction shares, all public: the heads, the build settings
-    (prompt format, token budget), the centring reference and the clip norms."""
+    (prompt format, token budget), the centering reference and the clip norms."""
 
     heads: HeadSet
     settings: BuildSettings
