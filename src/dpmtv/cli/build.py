@@ -55,7 +55,7 @@ def command(**options) -> None:
     check_ray_installed(options["ray_address"])
     records = load_records(options["data_path"])
     check_not_an_input(out, _image_paths(records), "an image of a record")
-    _check_public_inputs(records, options)
+    records = _check_public_inputs(records, options)
     prepare_output_folder(out)
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
     heads, settings = _heads_and_settings(loaded, options)
@@ -313,20 +313,21 @@ def _check_select_k(k: int, pool_spec: str, geometry) -> None:
         )
 
 
-def _check_public_inputs(records, options) -> None:
-    """Public files that must not hold private records, checked before any forward pass."""
-    from dpmtv.data.overlap import check_public_inputs
+def _check_public_inputs(records, options):
+    """The options' public files, checked by the pipeline before any forward pass (the public
+    selection and --l2-clip-norm auto run before the build); the build does not check them again."""
+    from dpmtv.pipeline.public_inputs import PublicFiles, check_public_inputs
 
     heads_from, center, query, public_data = (
         options[k] for k in ("heads_from", "center", "query", "public_data")
     )
-    public_records = {} if public_data is None else {"--public-data": public_data}
+    public_records = {} if public_data is None else {"--public-data": Path(public_data)}
     if heads_from is not None and heads_from.startswith("public:"):
-        public_records["--heads-from"] = heads_from[len("public:") :]
+        public_records["--heads-from"] = Path(heads_from[len("public:") :])
     if center not in ("none", "blank"):
-        public_records["--center"] = center
-    public_images = {} if query in ("record", "blank") else {"--query": query}
-    check_public_inputs(records, public_records=public_records, public_images=public_images)
+        public_records["--center"] = Path(center)
+    public_images = {} if query in ("record", "blank") else {"--query": Path(query)}
+    return check_public_inputs(records, PublicFiles(public_records, public_images))
 
 
 def _tensors_sha256(path) -> str:

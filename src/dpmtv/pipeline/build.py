@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from dpmtv._build_time import build_timestamp, timestamp_seconds
-from dpmtv.data.overlap import check_public_inputs
 from dpmtv.data.records import Record, load_records
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
@@ -53,6 +52,7 @@ from dpmtv.pipeline.plan import (
     weak_signal_notes,
 )
 from dpmtv.pipeline.private_phase import run_private_phase
+from dpmtv.pipeline.public_inputs import ensure_checked
 from dpmtv.pipeline.settings import (
     BuildSettings,
     Centering,
@@ -129,7 +129,7 @@ def build_task_vector(
     """
     started_at = started_at or getattr(before_noise, "started_at", None) or build_timestamp()
     notes = _validate(settings, records, heads)
-    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    records = ensure_checked(records, settings)  # before any forward pass; once, if the caller checked
     settings = _with_prompt_budget(loaded, settings)
     plan = plan_build(loaded, records, heads, settings)
     layout = plan.layout
@@ -271,13 +271,6 @@ def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet
     return []
 
 
-def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
-    """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
-    center = {"--center": str(settings.center_records)} if settings.center is Centering.PUBLIC_RECORDS else {}
-    query = {"--query": str(settings.query_image)} if settings.query is QueryKind.PUBLIC_IMAGE else {}
-    return {"public_records": center, "public_images": query}
-
-
 def _select_privately(
     loaded: LoadedModel,
     records: Sequence[Record],
@@ -351,7 +344,7 @@ def build_task_vectors_for_epsilons(
             "several ε composes"
         )
     _validate(settings, records, heads)
-    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    records = ensure_checked(records, settings)  # before any forward pass; once, if the caller checked
     settings = _with_prompt_budget(loaded, settings)
     layout = plan_layout(loaded, records, heads, settings)
     reference = reference_activations(loaded, heads, settings)
