@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import dpmtv.pipeline.partition as partition_module
 import dpmtv.pipeline.plan as plan_module
 from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.data import load_records
@@ -50,7 +51,7 @@ def test_a_correct_user_level_build_stays_within_its_sensitivity(tiny_llava, use
 
 def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypatch):
     """The wiring before the fix: record ids hashed into the chunks, no per-user cap."""
-    real = plan_module.partition_records
+    real = partition_module.partition_records
 
     def record_level(records, **kwargs):
         kwargs.update(
@@ -58,7 +59,7 @@ def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypa
         )
         return real(records, **kwargs)
 
-    monkeypatch.setattr(plan_module, "partition_records", record_level)
+    monkeypatch.setattr(partition_module, "partition_records", record_level)
     audit = _audit(
         tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=9
     )
