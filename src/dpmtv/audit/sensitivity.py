@@ -48,8 +48,9 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.reference import reference_activations
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.privacy import AdjacencyRelation, Partition, PrivacyUnit
 

@@ -223,8 +223,8 @@ def _check_auto_clip(l2_clip_norm, public_data, heads_from) -> None:
 def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -> tuple[float, ...]:
     """C per released layer from the PUBLIC records alone, centered as the build centers."""
     from dpmtv.data import load_records
-    from dpmtv.pipeline.build import reference_activations
     from dpmtv.pipeline.public_clip import public_clip_norms
+    from dpmtv.pipeline.reference import reference_activations
 
     public = load_records(public_data)
     norms = public_clip_norms(

@@ -197,13 +197,11 @@ def weak_signal_notes(
     if plan is None or heads is None:
         return []
     layers = signal_to_noise_per_layer(
-        noise_std=plan.noise_std, l2_clip_norms=clip_norms, num_coordinates=layer_dims(loaded, heads)
+        noise_std=plan.noise_std,
+        l2_clip_norms=clip_norms,
+        num_coordinates=heads.layer_widths(loaded.adapter.geometry.head_dim),
     )
     notes = weak_signal_warnings(layers)
     for note in notes:
         warnings.warn(note, stacklevel=stacklevel)
     return notes
-
-
-def layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
-    return {layer: len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim for layer in heads.layers}
