@@ -57,7 +57,6 @@ from dpmtv.embedded.suite import (
     PUBLIC_SEED,
     first_token_correct,
     task_records,
-    zero_shot_prompts,
 )
 from dpmtv.eval.stats import t_interval
 from dpmtv.extract import stack_selected_heads
@@ -75,7 +74,7 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.prompts import chunk_prompt
+from dpmtv.prompts import chunk_prompt, zero_shot_prompts
 from dpmtv.selection import chunk_votes, select_public
 
 DELTA = 1e-5

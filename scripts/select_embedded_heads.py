@@ -35,13 +35,12 @@ from dpmtv.embedded.suite import (
     PUBLIC_SEED,
     first_token_correct,
     task_records,
-    zero_shot_prompts,
 )
 from dpmtv.extract import extract_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import blend_heads_per_row, layer_patches
 from dpmtv.models.loading import load_model
-from dpmtv.prompts import chunk_prompt
+from dpmtv.prompts import chunk_prompt, zero_shot_prompts
 
 SHOTS, PUBLIC_CHUNKS, DEV_QUERIES, VAL_QUERIES = 8, 32, 24, 48
 DEMO_CHUNKS = 2048 // SHOTS

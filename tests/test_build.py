@@ -137,7 +137,7 @@ def test_add_remove_one_needs_record_ids(tiny_llava, tmp_path):
     assert not (tmp_path / "task.safetensors").exists()
 
 
-def test_centring_on_a_blank_reference_is_recorded(tiny_llava, records_file, tmp_path):
+def test_centering_on_a_blank_reference_is_recorded(tiny_llava, records_file, tmp_path):
     settings = BuildSettings(
         epsilon=1.0,
         delta=1e-5,

@@ -301,7 +301,7 @@ def test_the_size_bound_covers_a_real_artifact(runner, tiny_llava_path, records_
     assert result.exit_code == 0, result.output
     geometry = load_model(tiny_llava_path).adapter.geometry
     num_heads = geometry.num_layers * geometry.num_heads
-    bound = artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centred=True)
+    bound = artifact_size_bound(num_heads=num_heads, head_dim=geometry.head_dim, centered=True)
     assert out.stat().st_size <= bound
 
 

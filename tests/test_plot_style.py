@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
-from dpmtv.demo import privacy_utility_figure as demo_figure  # noqa: E402
+from dpmtv.demo import privacy_utility_by_group_figure as demo_figure  # noqa: E402
 from dpmtv.eval.plots import privacy_utility_figure, queries_figure  # noqa: E402
 from dpmtv.eval.report import summarise  # noqa: E402
 from dpmtv.eval.runner import EvalResults, RunResult  # noqa: E402

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpmtv.errors import ParameterError
-from dpmtv.pipeline.build import BuildSettings, Centring, QueryKind
+from dpmtv.pipeline.build import BuildSettings, Centering, QueryKind
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit, partition_private_records
 
 BASE = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(1.0,), shots_per_chunk=4)
@@ -24,7 +24,7 @@ def test_settings_are_keyword_only_and_typed():
     assert BuildSettings(**BASE).relation is AdjacencyRelation.REPLACE_ONE
     public = BuildSettings(**BASE, query="pictures/q.png", center="public.jsonl")
     assert public.query is QueryKind.PUBLIC_IMAGE and public.query_image == Path("pictures/q.png")
-    assert public.center is Centring.PUBLIC_RECORDS and public.center_source == "public.jsonl"
+    assert public.center is Centering.PUBLIC_RECORDS and public.center_source == "public.jsonl"
     assert BuildSettings(**BASE, query="blank").query_source == "blank"
 
 

@@ -99,10 +99,10 @@ METADATA_ALLOWANCE_BYTES = 64 * 1024
 _METADATA_BYTES_PER_HEAD = 64  # the head list in the metadata and in the selection details
 
 
-def artifact_size_bound(*, num_heads: int, head_dim: int, centred: bool) -> int:
+def artifact_size_bound(*, num_heads: int, head_dim: int, centered: bool) -> int:
     """An upper bound on the artifact's size from public settings alone: float32 values of
-    (K, d) (twice with a centring reference), the int64 (K, 2) head table, and the metadata."""
-    tensor_bytes = num_heads * head_dim * 4 * (2 if centred else 1) + num_heads * 2 * 8
+    (K, d) (twice with a centering reference), the int64 (K, 2) head table, and the metadata."""
+    tensor_bytes = num_heads * head_dim * 4 * (2 if centered else 1) + num_heads * 2 * 8
     return tensor_bytes + METADATA_ALLOWANCE_BYTES + _METADATA_BYTES_PER_HEAD * num_heads
 
 

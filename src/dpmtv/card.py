@@ -166,7 +166,7 @@ def _settings_section(metadata: ArtifactMetadata) -> list[str]:
         ("L2 sensitivity Δ", f"{p.l2_sensitivity:.6g}"),
         ("noise std σ (σ/Δ)", f"{p.noise_std:.6g} ({p.noise_multiplier:.4g})"),
         ("accountant", p.accountant),
-        ("query / centring", f"{prompt.get('query')} / {prompt.get('center')}"),
+        ("query / centering", f"{prompt.get('query')} / {prompt.get('center')}"),
         ("max prompt tokens", prompt.get("max_prompt_tokens")),
         ("workers", metadata.workers),
         ("library", f"dpmtv {metadata.library_version}, artifact format {metadata.format_version}"),
@@ -192,7 +192,7 @@ def _protection_section() -> list[str]:
         "from them except through the noisy release.",
         "",
         "Not protected: the base model itself; public data used without noise (public head-selection "
-        "records, a centring reference, a public query image); the queries sent to a model using this "
+        "records, a centering reference, a public query image); the queries sent to a model using this "
         "vector and their answers; side channels of the machine that held the private data during "
         "the build. See docs/design.md §1 of dpmtv.",
     ]

@@ -41,6 +41,10 @@ class HeadSet:
     def heads_in(self, layer: int) -> list[int]:
         return [head for pair_layer, head in self.pairs if pair_layer == layer]
 
+    def layer_widths(self, head_dim: int) -> dict[int, int]:
+        """Coordinates of each layer's released vector: ``k_l · d`` (its heads times ``head_dim``)."""
+        return {layer: len(self.heads_in(layer)) * head_dim for layer in self.layers}
+
     def check(self, geometry: HeadGeometry) -> HeadSet:
         for layer, head in self.pairs:
             _check_layer(layer, geometry)

@@ -61,6 +61,11 @@ def zero_shot(query: Example) -> Prompt:
     return Prompt(demonstrations=(), query=query)
 
 
+def zero_shot_prompts(records: Sequence[Record]) -> list[Prompt]:
+    """Each record's images and question as a prompt without demonstrations."""
+    return [zero_shot(Example(record.load_images(), record.question)) for record in records]
+
+
 def blank_image(size: tuple[int, int] = (32, 32)) -> Image.Image:
     """A data-free grey image, used for data-free queries and references."""
     return Image.new("RGB", size, (127, 127, 127))

@@ -2,7 +2,7 @@
 
 Tensors: ``vector`` (K, d) float32 — the noisy per-head values, reference added back;
 ``heads`` (K, 2) int64 — (layer, head) pairs; optionally ``reference`` (K, d) — the public
-centring reference. Metadata key ``dpmtv`` holds a versioned JSON document
+centering reference. Metadata key ``dpmtv`` holds a versioned JSON document
 (:class:`ArtifactMetadata`) that records the SHA-256 of the tensors; key ``dpmtv_sha256`` holds
 the SHA-256 of that JSON text, so the metadata is hashed together with the tensors.
 

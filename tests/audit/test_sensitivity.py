@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import dpmtv.pipeline.partition as partition_module
 import dpmtv.pipeline.plan as plan_module
 from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.data import load_records
@@ -19,7 +20,7 @@ USER_LEVEL = dict(privacy_unit="user", num_chunks=16, max_records_per_user=2)
 
 
 def _settings(**changes) -> BuildSettings:
-    # A tiny clip norm clips every chunk, and centring on a blank image spreads the directions,
+    # A tiny clip norm clips every chunk, and centering on a blank image spreads the directions,
     # so changes move chunk vectors by a sizeable share of the worst case 2C.
     base = dict(
         epsilon=1.0, delta=1e-5, l2_clip_norm=(1e-3,), shots_per_chunk=4, center="blank", progress=False
@@ -50,7 +51,7 @@ def test_a_correct_user_level_build_stays_within_its_sensitivity(tiny_llava, use
 
 def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypatch):
     """The wiring before the fix: record ids hashed into the chunks, no per-user cap."""
-    real = plan_module.partition_records
+    real = partition_module.partition_records
 
     def record_level(records, **kwargs):
         kwargs.update(
@@ -58,7 +59,7 @@ def test_the_old_user_level_wiring_is_flagged(tiny_llava, user_records, monkeypa
         )
         return real(records, **kwargs)
 
-    monkeypatch.setattr(plan_module, "partition_records", record_level)
+    monkeypatch.setattr(partition_module, "partition_records", record_level)
     audit = _audit(
         tiny_llava, user_records, _settings(**USER_LEVEL), num_partitions=1, neighbours_per_partition=9
     )

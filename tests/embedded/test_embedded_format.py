@@ -10,6 +10,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaProces
 
 from dpmtv.embedded import checkpoint_format as fmt
 from dpmtv.embedded import generator as gen
+from dpmtv.prompts import Example, Prompt, blank_image, chat_messages
 from tests._tolerance import assert_close_to_scale
 
 
@@ -23,7 +24,10 @@ def saved(tmp_path_factory):
 
 
 def _messages(answers):
-    return fmt.chat_messages(answers, question=gen.QUESTION)
+    """What the adapters send the chat template (``dpmtv.prompts.chat_messages``): one image per turn."""
+    image = blank_image((24, 24))
+    demos = tuple(Example((image,), gen.QUESTION, answer) for answer in answers)
+    return chat_messages(Prompt(demos, Example((image,), gen.QUESTION)))
 
 
 def test_two_shot_prompt_string_is_the_training_format():

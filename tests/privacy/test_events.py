@@ -119,6 +119,11 @@ def test_event_json_uses_dp_accounting_names():
             "needs fields",
         ),
         ("GaussianDpEvent", "not a serialised"),
+        # an artifact's JSON may hold any value there; a list is unhashable, not an event name
+        (
+            {"module_name": "dp_accounting.dp_event", "class_name": ["GaussianDpEvent"]},
+            "unsupported event type",
+        ),
     ],
 )
 def test_event_from_json_refuses_unknown_input(data, match):

@@ -132,7 +132,7 @@ def test_opendp_noise_std_validates():
 
 def test_opendp_perturbs_the_values_themselves_not_zero_plus_noise(monkeypatch):
     """Floating-point safety needs OpenDP's mechanism applied to the data vector: check the
-    measurement receives the actual values (and that the result is centred on them)."""
+    measurement receives the actual values (and that the result is centered on them)."""
     seen = []
     real = noise_module._opendp_gaussian
 

@@ -248,3 +248,14 @@ def test_release_clipped_sum_without_a_plan_needs_the_explicit_switch():
     sums = ClippedSumAccumulator.of(_rows())
     released = release_clipped_sum(sums, num_chunks=5, plan=None, allow_non_private=True, l2_sensitivity=0.4)
     assert not released.noised and released.plan.l2_sensitivity == 0.4
+
+
+def test_release_clipped_sum_with_a_plan_and_no_sampler_is_refused_before_the_charge():
+    calls = []
+    plan = plan_gaussian_release(
+        l2_sensitivity=0.3, epsilon=1.0, delta=1e-5, sampler=SeededGaussianSampler(0)
+    )
+    sums = ClippedSumAccumulator.of(clip_l2_per_layer(_rows(), l2_clip_norms={0: 1.0, 3: 1.0}))
+    with pytest.raises(ParameterError, match="needs the sampler 'seeded-numpy'"):
+        release_clipped_sum(sums, num_chunks=5, plan=plan, before_noise=lambda: calls.append("charge"))
+    assert calls == []

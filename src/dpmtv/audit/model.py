@@ -19,7 +19,7 @@ from its chunk's original (per-layer clipping, L2 over layers) is kept, and
 canary whatever the number of trials (see ``epsilon_canary`` in the audit points), and
 :func:`canary_power` says which broken release (σ scaled down) it would still catch.
 
-Centring (``--center``) is not applied: the audit measures the clip → mean → noise release, which
+Centering (``--center``) is not applied: the audit measures the clip → mean → noise release, which
 a public reference shifts by a constant only.
 """
 

@@ -6,7 +6,7 @@ for the wrong relation). This audit runs the build's own pieces instead:
 
 * :func:`dpmtv.pipeline.plan.plan_layout` — the build's partition entry point (unit, relation, public
   ``m``, per-user cap) and its Δ;
-* :func:`dpmtv.pipeline.tasks.iter_clipped_chunks` — the build's prompts, extraction, centring and
+* :func:`dpmtv.pipeline.tasks.iter_clipped_chunks` — the build's prompts, extraction, centering and
   per-layer clipping;
 
 on the real model and records ``D`` and on neighbours ``D'`` at the build's unit and relation:
@@ -48,8 +48,9 @@ from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.build import BuildSettings, reference_activations
+from dpmtv.pipeline.build import BuildSettings
 from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.reference import reference_activations
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.privacy import AdjacencyRelation, Partition, PrivacyUnit
 
@@ -166,7 +167,7 @@ def audit_sensitivity(
 ) -> SensitivityAudit:
     """Measure ``‖mean(D) − mean(D')‖ / Δ`` over seeded partitions and neighbours (module doc).
 
-    ``settings`` are the build's (unit, relation, ``m``, cap, clip norms, shots, query, centring);
+    ``settings`` are the build's (unit, relation, ``m``, cap, clip norms, shots, query, centering);
     its seed, noise and privacy switches are replaced: the audit seeds partition ``p`` with
     ``seed + p`` and computes un-noised means only. The first neighbour of each of the first
     ``rebuild_pairs`` partitions is also rebuilt from scratch (every chunk, no cache). Private

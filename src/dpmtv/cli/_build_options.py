@@ -194,14 +194,14 @@ _OPTIONS = [
         "--center",
         default="none",
         show_default=True,
-        help="Public centring reference: 'none', 'blank', or a public records file.",
+        help="Public centering reference: 'none', 'blank', or a public records file.",
     ),
     click.option(
         "--batch-size",
         type=int,
         default=4,
         show_default=True,
-        help="Batch size of PUBLIC prompts (centring reference, public selection). Private chunks always "
+        help="Batch size of PUBLIC prompts (centering reference, public selection). Private chunks always "
         "run one per forward pass, so no chunk's numerics depend on another's.",
     ),
     click.option(

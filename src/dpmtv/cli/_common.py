@@ -281,7 +281,7 @@ def print_vector_summary(metadata, *, path, signature: str | None = None) -> Non
                 "" if p.secure_noise or p.noise_std == 0 else f" [bold red]INSECURE seed {p.insecure_seed}[/]"
             ),
         ),
-        ("query / centring", f"{metadata.prompt.get('query')} / {metadata.prompt.get('center')}"),
+        ("query / centering", f"{metadata.prompt.get('query')} / {metadata.prompt.get('center')}"),
         ("prompt budget", _prompt_budget(metadata.prompt)),
         (
             "library",

@@ -55,13 +55,13 @@ def command(**options) -> None:
     check_ray_installed(options["ray_address"])
     records = load_records(options["data_path"])
     check_not_an_input(out, _image_paths(records), "an image of a record")
-    _check_public_inputs(records, options)
+    records = _check_public_inputs(records, options)
     prepare_output_folder(out)
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
     heads, settings = _heads_and_settings(loaded, options)
     num_heads = len(heads.pairs) if heads is not None else options["select_k"]
-    centred, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
-    check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centred=centred))
+    centered, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
+    check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centered=centered))
     result = _build(loaded, records, heads, settings, options, charge, started_at=started_at)
     for note in result.warnings:
         print_warning(note)
@@ -236,10 +236,10 @@ def _check_auto_clip(l2_clip_norm, public_data, heads_from, non_private) -> None
 
 
 def _auto_clip_norms(loaded, heads, public_data, quantile, settings, *, quiet) -> tuple[float, ...]:
-    """C per released layer from the PUBLIC records alone, centred as the build centres."""
+    """C per released layer from the PUBLIC records alone, centered as the build centers."""
     from dpmtv.data import load_records
-    from dpmtv.pipeline.build import reference_activations
     from dpmtv.pipeline.public_clip import public_clip_norms
+    from dpmtv.pipeline.reference import reference_activations
 
     public = load_records(public_data)
     norms = public_clip_norms(
@@ -328,20 +328,21 @@ def _check_select_k(k: int, pool_spec: str, geometry) -> None:
         )
 
 
-def _check_public_inputs(records, options) -> None:
-    """Public files that must not hold private records, checked before any forward pass."""
-    from dpmtv.data.overlap import check_public_inputs
+def _check_public_inputs(records, options):
+    """The options' public files, checked by the pipeline before any forward pass (the public
+    selection and --l2-clip-norm auto run before the build); the build does not check them again."""
+    from dpmtv.pipeline.public_inputs import PublicFiles, check_public_inputs
 
     heads_from, center, query, public_data = (
         options[k] for k in ("heads_from", "center", "query", "public_data")
     )
-    public_records = {} if public_data is None else {"--public-data": public_data}
+    public_records = {} if public_data is None else {"--public-data": Path(public_data)}
     if heads_from is not None and heads_from.startswith("public:"):
-        public_records["--heads-from"] = heads_from[len("public:") :]
+        public_records["--heads-from"] = Path(heads_from[len("public:") :])
     if center not in ("none", "blank"):
-        public_records["--center"] = center
-    public_images = {} if query in ("record", "blank") else {"--query": query}
-    check_public_inputs(records, public_records=public_records, public_images=public_images)
+        public_records["--center"] = Path(center)
+    public_images = {} if query in ("record", "blank") else {"--query": Path(query)}
+    return check_public_inputs(records, PublicFiles(public_records, public_images))
 
 
 def _tensors_sha256(path) -> str:

@@ -1,7 +1,7 @@
 """Public data must not be private data: refuse public build inputs that repeat private records.
 
 A build uses some inputs WITHOUT noise because they are public: the records of
-``--heads-from public:FILE`` (public head selection) and ``--center FILE`` (the centring
+``--heads-from public:FILE`` (public head selection) and ``--center FILE`` (the centering
 reference), and a public ``--query`` image. If one of them is in fact a private record, the
 artifact depends on that record through an un-noised path, and the (ε, δ) guarantee does not
 hold for it. So before any forward pass the build compares fingerprints and refuses an overlap,

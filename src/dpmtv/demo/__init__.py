@@ -16,9 +16,9 @@ from dpmtv.demo.report import (
     RERUN_NOTE,
     command_line,
     gain_kept,
-    privacy_utility_figure,
-    summarise,
+    privacy_utility_by_group_figure,
     summarise_groups,
+    summarise_over_tasks,
 )
 from dpmtv.demo.runs import run_demo
 
@@ -30,8 +30,8 @@ __all__ = [
     "default_config",
     "gain_kept",
     "load_defaults",
-    "privacy_utility_figure",
+    "privacy_utility_by_group_figure",
     "run_demo",
-    "summarise",
     "summarise_groups",
+    "summarise_over_tasks",
 ]

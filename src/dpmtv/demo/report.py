@@ -17,7 +17,7 @@ from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, per_task_
 from dpmtv.eval.stats import t_interval
 
 
-def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
+def summarise_over_tasks(rows: list[dict], config: DemoConfig) -> list[dict]:
     """Per (method, ε): the mean over tasks for each seed, then mean ± 95% t-interval over seeds."""
     keys = sorted(
         {(r["method"], r["epsilon"]) for r in rows},
@@ -56,13 +56,13 @@ def summarise(rows: list[dict], config: DemoConfig) -> list[dict]:
 
 
 def summarise_groups(rows: list[dict], config: DemoConfig) -> dict[str, list[dict]]:
-    """:func:`summarise` separately over each group of tasks that has rows (seen, held-out
+    """:func:`summarise_over_tasks` separately over each group of tasks that has rows (seen, held-out
     predicates, held-out label maps, typed rules)."""
     out = {}
     for group in GROUP_TITLES:
         chosen = [r for r in rows if r["group"] == group]
         if chosen:
-            out[group] = summarise(chosen, config)
+            out[group] = summarise_over_tasks(chosen, config)
     return out
 
 
@@ -234,12 +234,12 @@ def _shots_markdown(shots, config) -> list[str]:
 def _plot(summary, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig = privacy_utility_figure(summary)
+    fig = privacy_utility_by_group_figure(summary)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def privacy_utility_figure(summary):
+def privacy_utility_by_group_figure(summary):
     """DP-MTV against ε per task group, with zero-shot, ICL and MTV as reference lines, in the
     styles every dpmtv figure uses (:mod:`dpmtv.plot_style`)."""
     import matplotlib

@@ -29,7 +29,6 @@ from dpmtv.embedded.suite import (
     first_token_correct,
     task_codes,
     task_records,
-    zero_shot_prompts,
 )
 from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
@@ -46,6 +45,7 @@ from dpmtv.privacy import (
     secure_rng,
 )
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
+from dpmtv.prompts import zero_shot_prompts
 from dpmtv.selection import select_public
 
 

@@ -99,7 +99,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_image_processor() -> CLIPImageProcessorPil:
-    """24 px in, 24 px out: any image is resized (bicubic) straight to 24x24, no centre crop."""
+    """24 px in, 24 px out: any image is resized (bicubic) straight to 24x24, no center crop."""
     return CLIPImageProcessorPil(
         do_resize=True,
         size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
@@ -213,13 +213,3 @@ def render_training_string(answers: Sequence[str], *, query: bool = True) -> str
     """The prompt string before image expansion (what the chat template renders)."""
     text = BOS + "".join(f"{IMAGE}{ARROW}{a}{EOS}" for a in answers)
     return text + (f"{IMAGE}{ARROW}" if query else "")
-
-
-def chat_messages(answers: Sequence[str], question: str = "What is the answer?") -> list[dict]:
-    """The contract's message list: demonstrations with ``answers``, then one query turn."""
-    messages: list[dict] = []
-    for answer in answers:
-        messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]})
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]})
-    return messages

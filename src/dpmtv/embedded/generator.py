@@ -5,7 +5,7 @@ Every image is 24x24 RGB and shows exactly one shape with four attributes:
 - colour: red, green, blue, yellow (each with per-image RGB jitter),
 - shape: square, circle, triangle, cross,
 - size: small, big,
-- position: left, right (the shape's centre is in the left or right half; the row is random),
+- position: left, right (the shape's center is in the left or right half; the row is random),
 
 on a dark, randomly grey background with Gaussian pixel noise. The 4 x 4 x 2 x 2 = 64 attribute
 combinations are the whole world: every predicate is a truth table over them.

@@ -13,7 +13,7 @@ _COLOUR_JITTER = 25.0
 _NOISE_STD = 10.0
 _SMALL_R = (3.0, 4.0)
 _BIG_R = (6.0, 7.5)
-_LEFT_MAX_X = 9.5  # left centres lie in [r, 9.5]; right centres mirror them (23 - x)
+_LEFT_MAX_X = 9.5  # left centers lie in [r, 9.5]; right centers mirror them (23 - x)
 
 
 def sample_attributes(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from dpmtv.data.records import Record
 from dpmtv.embedded.generator import Task, sample_codes_for_task, sample_records
 from dpmtv.hooks import LayerPatch, overwrite_heads
 from dpmtv.models.base import ModelAdapter
-from dpmtv.prompts import Example, Prompt, zero_shot
+from dpmtv.prompts import Example, Prompt
 
 SPLITS = {"private": 0, "public": 1, "test": 2, "public-dev": 3, "public-val": 4}
 PUBLIC_SEED = 1_000_003  # public data is generated from a seed disjoint from the experiment seeds
@@ -39,10 +39,6 @@ def few_shot_prompt(demos: Sequence[Record], query: Record) -> Prompt:
     return Prompt(
         tuple(Example(r.images, r.question, r.answer) for r in demos), Example(query.images, query.question)
     )
-
-
-def zero_shot_prompts(queries: Sequence[Record]) -> list[Prompt]:
-    return [zero_shot(Example(r.images, r.question)) for r in queries]
 
 
 def first_token_correct(

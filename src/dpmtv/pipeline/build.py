@@ -25,7 +25,7 @@ Order of a build, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,19 +33,16 @@ from typing import Any
 import numpy as np
 
 from dpmtv._build_time import build_timestamp, timestamp_seconds
-from dpmtv.data.overlap import check_public_inputs
-from dpmtv.data.records import Record, load_records
+from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.metadata import artifact_metadata
+from dpmtv.pipeline.artifact import released_task_vector
 from dpmtv.pipeline.plan import (
     BuildLayout,
     BuildPlan,
     count_notes,
-    layer_dims,
     plan_build,
     plan_layout,
     plan_release,
@@ -54,9 +51,11 @@ from dpmtv.pipeline.plan import (
 )
 from dpmtv.pipeline.private_clip import ClipChoice, release_with_private_clip
 from dpmtv.pipeline.private_phase import run_private_phase
+from dpmtv.pipeline.public_inputs import ensure_checked
+from dpmtv.pipeline.reference import reference_activations
 from dpmtv.pipeline.settings import (
     BuildSettings,
-    Centring,
+    Centering,
     PrivateSelectionSettings,
     QueryKind,
 )
@@ -72,7 +71,7 @@ from dpmtv.privacy import (
 from dpmtv.privacy.disjoint import ChargedEvent
 from dpmtv.privacy.release import NoisedVector, release_clipped_sum
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, blank_image, chunk_prompt
+from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.selection.private import select_private
 from dpmtv.selection.result import SelectionResult
 from dpmtv.vector import TaskVector, save_task_vector
@@ -81,7 +80,7 @@ __all__ = [
     "DEFAULT_QUERY_QUESTION",
     "BuildResult",
     "BuildSettings",
-    "Centring",
+    "Centering",
     "PrivateSelectionSettings",
     "QueryKind",
     "build_task_vector",
@@ -130,7 +129,7 @@ def build_task_vector(
     """
     started_at = started_at or getattr(before_noise, "started_at", None) or build_timestamp()
     notes = _validate(settings, records, heads)
-    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    records = ensure_checked(records, settings)  # before any forward pass; once, if the caller checked
     settings = _with_prompt_budget(loaded, settings)
     plan = plan_build(loaded, records, heads, settings)
     layout = plan.layout
@@ -143,7 +142,7 @@ def build_task_vector(
         counts_are_private=not (layout.chunked.counts_are_public or settings.show_private_counts),
     )
     workers = (executor or LocalExecutor()).workers
-    vector = _task_vector(
+    vector = released_task_vector(
         loaded,
         heads,
         settings,
@@ -215,42 +214,6 @@ def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSe
     return replace(settings, max_prompt_tokens=budget)
 
 
-def _task_vector(
-    loaded: LoadedModel,
-    heads: HeadSet,
-    settings: BuildSettings,
-    layout: BuildLayout,
-    reference: dict[int, np.ndarray],
-    noised: NoisedVector,
-    head_selection: dict[str, Any],
-    *,
-    workers: int = 1,
-    created_at: str | None = None,
-    clip_norm_selection: dict[str, Any] | None = None,
-) -> TaskVector:
-    """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
-    head_dim = loaded.adapter.geometry.head_dim
-    reference_rows = _per_head_rows(reference, heads, head_dim)
-    return TaskVector(
-        heads=heads,
-        values=(_per_head_rows(noised.layers, heads, head_dim) + reference_rows).astype(np.float32),
-        metadata=artifact_metadata(
-            loaded,
-            heads,
-            settings,
-            noised.plan,
-            layout.l2_clip_norms,
-            layout.release_part,
-            layout.chunked,
-            head_selection,
-            workers=workers,
-            created_at=created_at,
-            clip_norm_selection=clip_norm_selection,
-        ),
-        reference=None if settings.center is Centring.NONE else reference_rows.astype(np.float32),
-    )
-
-
 class _ChargeOnce:
     """Calls ``before_noise(event)`` the first time it is called, never again.
 
@@ -281,13 +244,6 @@ def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet
     return []
 
 
-def _public_inputs(settings: BuildSettings) -> dict[str, dict[str, str]]:
-    """The build's public files that must not hold private records (:mod:`dpmtv.data.overlap`)."""
-    center = {"--center": str(settings.center_records)} if settings.center is Centring.PUBLIC_RECORDS else {}
-    query = {"--query": str(settings.query_image)} if settings.query is QueryKind.PUBLIC_IMAGE else {}
-    return {"public_records": center, "public_images": query}
-
-
 def _select_privately(
     loaded: LoadedModel,
     records: Sequence[Record],
@@ -314,29 +270,6 @@ def _select_privately(
         executor=executor,
         prepare_workers=settings.prepare_workers,
     )
-
-
-def reference_activations(
-    loaded: LoadedModel, heads: HeadSet, settings: BuildSettings
-) -> dict[int, np.ndarray]:
-    """Public centring reference per layer (zero when not centring)."""
-    if settings.center is Centring.NONE:
-        return {layer: np.zeros(dim) for layer, dim in layer_dims(loaded, heads).items()}
-    if settings.center is Centring.BLANK:
-        prompts = [Prompt((), Example((blank_image(),), settings.query_question))]
-    else:
-        public, question = load_records(str(settings.center_records)), settings.query_question
-        size = max(1, min(settings.shots_per_chunk, len(public)))
-        prompts = [
-            chunk_prompt(public[start : start + size], query=settings.query_source, query_question=question)
-            for start in range(0, len(public) - size + 1, size)
-        ]
-    return mean_selected_heads(loaded.adapter, prompts, heads, batch_size=settings.batch_size)
-
-
-def _per_head_rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
-    """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
-    return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])
 
 
 def build_task_vectors_for_epsilons(
@@ -366,7 +299,7 @@ def build_task_vectors_for_epsilons(
             "one dataset released at several ε composes"
         )
     _validate(settings, records, heads)
-    check_public_inputs(records, **_public_inputs(settings))  # before any forward pass
+    records = ensure_checked(records, settings)  # before any forward pass; once, if the caller checked
     settings = _with_prompt_budget(loaded, settings)
     layout = plan_layout(loaded, records, heads, settings)
     reference = reference_activations(loaded, heads, settings)
@@ -399,5 +332,5 @@ def _release_from_sums(
     noised = release_clipped_sum(
         release, num_chunks=layout.release_part.num_chunks, plan=plan, sampler=sampler
     )
-    vector = _task_vector(loaded, heads, settings, layout, reference, noised, settings.head_selection)
+    vector = released_task_vector(loaded, heads, settings, layout, reference, noised, settings.head_selection)
     return BuildResult(vector, None, layout.chunked.partition.num_unused, tuple(notes), None)

@@ -12,6 +12,7 @@ import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import RecordError
+from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import (
     AdjacencyRelation,
     Partition,
@@ -22,6 +23,27 @@ from dpmtv.privacy import (
 from dpmtv.privacy.noisy_top_k import parallel_half, parallel_half_sizes
 from dpmtv.privacy.partition import SparseChunks
 from dpmtv.prompts import Prompt, chunk_prompt
+
+
+def partition_for_build(
+    records: Sequence[Record], settings: BuildSettings
+) -> tuple[PrivatePartition, Partition, Partition]:
+    """The build's partition of ``records`` and its (selection, release) chunks, in one pass down:
+    all and all for sequential composition (or no private selection), disjoint halves for
+    parallel composition (:func:`parallel_composition_halves`)."""
+    chunked = partition_records(
+        records,
+        unit=settings.privacy_unit,
+        relation=settings.relation,
+        shots_per_chunk=settings.shots_per_chunk,
+        num_chunks=settings.num_chunks,
+        max_records_per_user=settings.max_records_per_user,
+        insecure_seed=settings.insecure_seed,
+    )
+    selection = settings.private_selection
+    if selection is None or selection.composition == "sequential":
+        return chunked, chunked.partition, chunked.partition
+    return (chunked, *parallel_composition_halves(chunked.partition))
 
 
 def partition_records(

@@ -16,7 +16,7 @@ from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.base import HeadGeometry
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.metadata import sensitivity_clip_norms
-from dpmtv.pipeline.partition import parallel_composition_halves, partition_records
+from dpmtv.pipeline.partition import partition_for_build
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import (
     Partition,
@@ -63,16 +63,7 @@ def plan_layout(
 ) -> BuildLayout:
     """Partition ``records`` for the settings' privacy unit and relation, split the chunks for
     private selection, and compute Δ over the released (or candidate) layers."""
-    chunked = partition_records(
-        records,
-        unit=settings.privacy_unit,
-        relation=settings.relation,
-        shots_per_chunk=settings.shots_per_chunk,
-        num_chunks=settings.num_chunks,
-        max_records_per_user=settings.max_records_per_user,
-        insecure_seed=settings.insecure_seed,
-    )
-    selection_part, release_part = _split_for_selection(chunked.partition, settings)
+    chunked, selection_part, release_part = partition_for_build(records, settings)
     geometry = loaded.adapter.geometry
     candidate_layers = heads.layers if heads is not None else selection_pool(settings, geometry).layers
     clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
@@ -135,14 +126,6 @@ def count_notes(chunked: PrivatePartition, settings: BuildSettings, *, stackleve
             "private count (--show-private-counts shows it; it is never stored)"
         )
     return notes
-
-
-def _split_for_selection(partition: Partition, settings: BuildSettings) -> tuple[Partition, Partition]:
-    """(selection chunks, release chunks): all and all (sequential), or disjoint halves."""
-    selection = settings.private_selection
-    if selection is None or selection.composition == "sequential":
-        return partition, partition
-    return parallel_composition_halves(partition)
 
 
 def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
@@ -229,13 +212,11 @@ def weak_signal_notes(
     if plan is None or heads is None:
         return []
     layers = signal_to_noise_per_layer(
-        noise_std=plan.noise_std, l2_clip_norms=clip_norms, num_coordinates=layer_dims(loaded, heads)
+        noise_std=plan.noise_std,
+        l2_clip_norms=clip_norms,
+        num_coordinates=heads.layer_widths(loaded.adapter.geometry.head_dim),
     )
     notes = weak_signal_warnings(layers)
     for note in notes:
         warnings.warn(note, stacklevel=stacklevel)
     return notes
-
-
-def layer_dims(loaded: LoadedModel, heads: HeadSet) -> dict[int, int]:
-    return {layer: len(heads.heads_in(layer)) * loaded.adapter.geometry.head_dim for layer in heads.layers}

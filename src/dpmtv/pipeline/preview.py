@@ -56,7 +56,7 @@ def preview_release(
     plan = plan_gaussian_release(
         l2_sensitivity=sensitivity, epsilon=epsilon, delta=delta, sampler=make_sampler(noise_sampler)
     )
-    sizes = {layer: len(heads.heads_in(layer)) * geometry.head_dim for layer in heads.layers}
+    sizes = heads.layer_widths(geometry.head_dim)
     layers = signal_to_noise_per_layer(
         noise_std=plan.noise_std, l2_clip_norms=clip_norms, num_coordinates=sizes
     )

@@ -39,7 +39,7 @@ def public_clip_norms(
     chunk-vector L2 norms over disjoint chunks of ``shots_per_chunk`` public records, in sorted
     layer order (the order :func:`dpmtv.privacy.parse_l2_clip_norms` expects).
 
-    ``reference`` (a public centring reference, ``{layer: (k_l*d,)}``) is subtracted first, as
+    ``reference`` (a public centering reference, ``{layer: (k_l*d,)}``) is subtracted first, as
     the build does before it clips, so C bounds the same quantity the build clips."""
     if not 0.0 < quantile <= 1.0:
         raise ParameterError(f"clip quantile must be in (0, 1], got {quantile!r}")

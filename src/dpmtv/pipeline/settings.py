@@ -1,7 +1,7 @@
 """The typed, validated settings of a build: every public choice, checked once when constructed.
 
 Keyword-only, frozen, enums for the choices that decide the guarantee (privacy unit, neighbouring
-relation) and the prompt (query, centring). The enums are ``str`` enums, so ``"user"`` and
+relation) and the prompt (query, centering). The enums are ``str`` enums, so ``"user"`` and
 ``PrivacyUnit.USER`` are both accepted and compare equal; a ``query``/``center`` string that names
 no kind is read as a path (the CLI's form) and moved to ``query_image``/``center_records``.
 """
@@ -24,7 +24,7 @@ __all__ = [
     "DEFAULT_L2_CLIP_NORM",
     "DEFAULT_SHOTS_PER_CHUNK",
     "BuildSettings",
-    "Centring",
+    "Centering",
     "PrivateClipSettings",
     "PrivateSelectionSettings",
     "QueryKind",
@@ -39,7 +39,7 @@ class QueryKind(str, Enum):
     PUBLIC_IMAGE = "public-image"
 
 
-class Centring(str, Enum):
+class Centering(str, Enum):
     """The public reference subtracted before clipping."""
 
     NONE = "none"
@@ -131,8 +131,8 @@ class BuildSettings:
     query: QueryKind = QueryKind.RECORD
     query_image: Path | None = None  # the public image of QueryKind.PUBLIC_IMAGE
     query_question: str = DEFAULT_QUERY_QUESTION  # public; used with blank/public queries
-    center: Centring = Centring.NONE
-    center_records: Path | None = None  # the public records of Centring.PUBLIC_RECORDS
+    center: Centering = Centering.NONE
+    center_records: Path | None = None  # the public records of Centering.PUBLIC_RECORDS
     batch_size: int = 4
     noise_sampler: str = "opendp"
     insecure_seed: int | None = None  # seeds EVERY random choice of the build (INSECURE)
@@ -177,7 +177,7 @@ class BuildSettings:
     @property
     def center_source(self) -> str:
         """ "none", "blank" or the public records' path."""
-        return str(self.center_records) if self.center is Centring.PUBLIC_RECORDS else self.center.value
+        return str(self.center_records) if self.center is Centering.PUBLIC_RECORDS else self.center.value
 
     def _set(self, **values: Any) -> None:
         for name, value in values.items():
@@ -189,7 +189,7 @@ class BuildSettings:
 
     def _set_center(self) -> None:
         kind, records = _kind_or_path(
-            Centring, self.center, self.center_records, Centring.PUBLIC_RECORDS, "center"
+            Centering, self.center, self.center_records, Centering.PUBLIC_RECORDS, "center"
         )
         self._set(center=kind, center_records=records)
 

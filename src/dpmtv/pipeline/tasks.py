@@ -10,7 +10,7 @@ records at a time, run by an executor in this process or on Ray workers:
   chosen and the rows clipped and summed there.
 
 Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, one forward
-pass per chunk, centring, per-layer clipping), so distributed results are the local ones computed
+pass per chunk, centering, per-layer clipping), so distributed results are the local ones computed
 in pieces. (Private selection's votes are :class:`dpmtv.selection.private.HeadVotes`.)
 """
 
@@ -99,7 +99,7 @@ def iter_centered_chunks(
 @dataclass(frozen=True)
 class ChunkJob:
     """What every chunk of one extraction shares, all public: the heads, the build settings
-    (prompt format, token budget), the centring reference and the clip norms."""
+    (prompt format, token budget), the centering reference and the clip norms."""
 
     heads: HeadSet
     settings: BuildSettings

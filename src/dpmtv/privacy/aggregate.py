@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import NoReturn
 
 import numpy as np
 
@@ -140,10 +141,10 @@ class UnnoisedMean:
         shapes = {layer: (dim,) for layer, dim in self._layer_dims.items()}
         return f"UnnoisedMean(shapes={shapes}, num_chunks={self._num_chunks}, consumed={self._consumed})"
 
-    def __reduce_ex__(self, protocol: object) -> object:
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
         raise DangerousModeError(f"cannot pickle an UnnoisedMean: {_NEVER_LEAVES}")
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise DangerousModeError(f"cannot pickle an UnnoisedMean: {_NEVER_LEAVES}")
 
     def __copy__(self) -> UnnoisedMean:
@@ -269,7 +270,7 @@ class ClippedSumAccumulator:
     def _check_batch(self, clipped: Mapping[int, np.ndarray]) -> int:
         if set(clipped) != set(self._sums):
             raise ParameterError(f"expected layers {sorted(self._sums)}, got {sorted(clipped)}")
-        sizes = set()
+        sizes: set[int] = set()
         for layer, rows in clipped.items():
             rows = np.asarray(rows)
             expected = self._sums[layer].shape[0]

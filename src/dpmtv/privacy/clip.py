@@ -94,7 +94,8 @@ def _row_norms(rows: np.ndarray) -> np.ndarray:
     """Row L2 norms without overflow for huge finite entries (scaled by the row's max |x|)."""
     peak = np.max(np.abs(rows), axis=1, initial=0.0)  # (B,)
     safe = np.where(peak > 0, peak, 1.0)
-    return peak * np.sqrt(np.sum((rows / safe[:, None]) ** 2, axis=1))
+    norms: np.ndarray = peak * np.sqrt(np.sum((rows / safe[:, None]) ** 2, axis=1))
+    return norms
 
 
 def _check_finite(layer: int, rows: np.ndarray) -> None:

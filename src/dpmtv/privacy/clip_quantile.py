@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import dp_accounting
 import numpy as np
@@ -62,6 +63,9 @@ from dp_accounting.dp_event import DiscreteLaplaceDpEvent
 
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
+
+if TYPE_CHECKING:  # opendp loads lazily: a build without a private clip norm never imports it
+    from opendp.mod import Transformation
 
 __all__ = [
     "DEFAULT_CLIP_QUANTILE",
@@ -106,7 +110,7 @@ def _check_alpha(alpha: float) -> float:
     return alpha
 
 
-def _score_transformation(candidates: Sequence[float], alpha: float):
+def _score_transformation(candidates: Sequence[float], alpha: float) -> Transformation:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -116,7 +120,9 @@ def _score_transformation(candidates: Sequence[float], alpha: float):
     )
 
 
-def quantile_scores(norms: Sequence[float], *, candidates: Sequence[float], alpha: float) -> np.ndarray:
+def quantile_scores(
+    norms: Sequence[float] | np.ndarray, *, candidates: Sequence[float], alpha: float
+) -> np.ndarray:
     """OpenDP's integer quantile scores of one layer's chunk norms (smaller is better), ``(K,)``."""
     values = np.asarray(norms, dtype=np.float64)  # (m,)
     if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values < 0):
@@ -126,7 +132,8 @@ def quantile_scores(norms: Sequence[float], *, candidates: Sequence[float], alph
 
 def quantile_score_sensitivity(*, candidates: Sequence[float], alpha: float) -> int:
     """``Δ∞`` of the scores when one chunk's norm changes: OpenDP's map at ``d_in = 2``."""
-    return int(_score_transformation(candidates, alpha).map(CHANGE_ONE_SYMMETRIC_DISTANCE))
+    scores = _score_transformation(candidates, alpha)
+    return int(scores.map(CHANGE_ONE_SYMMETRIC_DISTANCE))  # type: ignore[no-untyped-call]  # opendp's map is unannotated
 
 
 def clip_quantile_scale(*, epsilon: float, linf_sensitivity: float) -> float:
@@ -217,7 +224,9 @@ def private_clip_norms(
     return tuple(grid[_choose(norms[:, layer], grid, alpha, scale, rng)] for layer in range(num_layers))
 
 
-def _choose(norms: np.ndarray, grid: list[float], alpha: float, scale: float | None, rng) -> int:
+def _choose(
+    norms: np.ndarray, grid: list[float], alpha: float, scale: float | None, rng: np.random.Generator | None
+) -> int:
     if scale is None:
         return int(np.argmin(quantile_scores(norms, candidates=grid, alpha=alpha)))
     if rng is not None:

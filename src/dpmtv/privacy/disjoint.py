@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 import dp_accounting
+from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
 from dpmtv.errors import ParameterError
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json, make_accountant
@@ -106,7 +107,9 @@ def composed_epsilon(charges: Sequence[ChargedEvent], *, delta: float) -> float:
     return _max_over_choices(accountant, choices, float(delta))
 
 
-def _max_over_choices(accountant, choices, delta: float) -> float:
+def _max_over_choices(
+    accountant: PLDAccountant, choices: Sequence[tuple[dp_accounting.DpEvent, ...]], delta: float
+) -> float:
     """Depth-first over one alternative per disjoint charge; branches share their composed
     prefix (a copy of the accountant), so ``2·Π r_i`` compositions instead of ``p·Π r_i``."""
     if not choices:
@@ -134,7 +137,7 @@ def charged_event_from_json(data: Mapping[str, Any]) -> ChargedEvent:
     return event_from_json(data)
 
 
-def _product(choices: Sequence[tuple]) -> int:
+def _product(choices: Sequence[tuple[dp_accounting.DpEvent, ...]]) -> int:
     count = 1
     for alternatives in choices:
         count *= len(alternatives)

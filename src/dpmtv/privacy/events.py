@@ -115,14 +115,18 @@ def event_to_json(event: dp_accounting.DpEvent) -> dict[str, Any]:
     Every event becomes ``{"module_name": ..., "class_name": ..., <fields>}``; nested events
     (``ComposedDpEvent.events``, ``SelfComposedDpEvent.event``) are encoded the same way.
     """
-    return _tuple_to_json(event.to_named_tuple())
+    return _named_tuple_to_json(event.to_named_tuple())
 
 
-def _tuple_to_json(value: Any) -> Any:
+def _named_tuple_to_json(value: dp_event.DpEventNamedTuple) -> dict[str, Any]:
+    return {k: _value_to_json(v) for k, v in value._asdict().items()}
+
+
+def _value_to_json(value: Any) -> Any:
     if isinstance(value, dp_event.DpEventNamedTuple):
-        return {k: _tuple_to_json(v) for k, v in value._asdict().items()}
+        return _named_tuple_to_json(value)
     if isinstance(value, (list, tuple)):
-        return [_tuple_to_json(v) for v in value]
+        return [_value_to_json(v) for v in value]
     return value
 
 
@@ -137,11 +141,11 @@ def event_from_json(data: Mapping[str, Any]) -> dp_accounting.DpEvent:
     """
     if not isinstance(data, Mapping) or data.get("module_name") != _EVENT_MODULE:
         raise ParameterError(f"not a serialised dp-accounting event: {data!r}")
-    cls = _JSON_EVENT_TYPES.get(data.get("class_name"))
+    class_name = data.get("class_name")
+    # any JSON value may stand there; only a string can name a supported type (a list is unhashable)
+    cls = _JSON_EVENT_TYPES.get(class_name) if isinstance(class_name, str) else None
     if cls is None:
-        raise ParameterError(
-            f"unsupported event type {data.get('class_name')!r}; supported: {sorted(_JSON_EVENT_TYPES)}"
-        )
+        raise ParameterError(f"unsupported event type {class_name!r}; supported: {sorted(_JSON_EVENT_TYPES)}")
     names = {a.name for a in cls.__attrs_attrs__}  # the event's (attrs) constructor fields
     given = set(data) - {"module_name", "class_name"}
     if given != names:

@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 import opendp.prelude as dp
+from opendp.mod import Domain, Measurement, Metric
 
 from dpmtv.errors import DangerousModeError, NumericalError, ParameterError
 from dpmtv.privacy._checks import check_int, check_positive
@@ -231,7 +232,8 @@ class SeededGaussianSampler:
 
     def perturb(self, values: np.ndarray, *, noise_std: float) -> np.ndarray:
         """Values plus the next draws of the seeded stream."""
-        return values + self.sample(values.size, noise_std=noise_std)
+        noisy: np.ndarray = values + self.sample(values.size, noise_std=noise_std)
+        return noisy
 
     def privacy_map_noise_std(self, **_: float) -> float | None:
         """No own privacy map."""
@@ -333,7 +335,7 @@ def opendp_noise_std(*, l2_sensitivity: float, epsilon: float, delta: float) -> 
     if not target[1] < 1.0:
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
 
-    def make(scale: float) -> object:
+    def make(scale: float) -> Measurement:
         return _opendp_approx_dp(scale, target[1])
 
     scale = float(dp.binary_search_param(make, d_in=d_in, d_out=target, T=float))
@@ -342,16 +344,16 @@ def opendp_noise_std(*, l2_sensitivity: float, epsilon: float, delta: float) -> 
     return scale
 
 
-def _opendp_space() -> tuple[object, object]:
+def _opendp_space() -> tuple[Domain, Metric]:
     dp.enable_features("contrib")
     # No fixed size: with the default k the discretisation is exact and the map size-free.
     return dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
 
 
-def _opendp_gaussian(noise_std: float) -> object:
+def _opendp_gaussian(noise_std: float) -> Measurement:
     return dp.m.make_gaussian(*_opendp_space(), scale=float(noise_std), k=OPENDP_GRID_LOG2)
 
 
-def _opendp_approx_dp(scale: float, delta: float) -> object:
+def _opendp_approx_dp(scale: float, delta: float) -> Measurement:
     zcdp = _opendp_gaussian(scale)
     return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(zcdp), delta=delta)

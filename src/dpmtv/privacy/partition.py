@@ -23,6 +23,7 @@ import hmac
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -44,7 +45,7 @@ _NO_RECORDS = np.empty(0, dtype=np.int64)
 _NO_RECORDS.flags.writeable = False
 
 
-class SparseChunks(Sequence):
+class SparseChunks(Sequence[np.ndarray]):
     """``m`` chunks of which only the non-empty ones are stored.
 
     Under add-remove-one and user level ``m`` is public and may far exceed the number of records
@@ -59,7 +60,13 @@ class SparseChunks(Sequence):
     def __len__(self) -> int:
         return self._num_chunks
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[np.ndarray]: ...
+
+    def __getitem__(self, index: int | slice) -> np.ndarray | list[np.ndarray]:
         if isinstance(index, slice):
             return [self[j] for j in range(*index.indices(len(self)))]
         j = range(self._num_chunks)[index]  # bounds and negative indices as for a tuple

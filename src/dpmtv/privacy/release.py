@@ -257,11 +257,14 @@ def release_clipped_sum(
     from one process or be the :meth:`~ClippedSumAccumulator.merge` of workers' partial sums:
     either way the noise is added here, once.
     """
+    if plan is not None and sampler is None:  # refused before the charge: nothing is spent
+        raise ParameterError(f"a noisy release needs the sampler {plan.sampler!r} its plan was made for")
     mean = clipped_sums.mean(num_chunks=num_chunks)
     if before_noise is not None:
         before_noise()
     if plan is None:
         return release_without_noise(mean, allow_non_private=allow_non_private, l2_sensitivity=l2_sensitivity)
+    assert sampler is not None  # checked above, before the charge
     return add_gaussian_noise(mean, plan=plan, sampler=sampler)
 
 

@@ -135,7 +135,10 @@ class PrivatePartition:
     @property
     def num_protected_units(self) -> int:
         """What δ must be small against: records, or users at user level."""
-        return self.num_users if self.unit is PrivacyUnit.USER else self.num_records
+        if self.unit is PrivacyUnit.USER:
+            assert self.num_users is not None  # partition_private_records counts users at user level
+            return self.num_users
+        return self.num_records
 
     def describe_counts(self) -> str:
         """The counts in words, for the operator's eyes only."""
@@ -186,6 +189,7 @@ def partition_private_records(
     if unit is PrivacyUnit.USER:
         if user_ids is None or len(user_ids) != num_records:
             raise ParameterError("user level needs one user id per record")
+        assert num_chunks is not None and max_records_per_user is not None  # check_partition_parameters
         by_user = partition_by_user(
             user_ids, num_chunks=num_chunks, max_records_per_user=max_records_per_user, key=randomness.key
         )
@@ -195,6 +199,7 @@ def partition_private_records(
     else:
         if record_ids is None or len(record_ids) != num_records:
             raise ParameterError("add-remove-one needs one record id per record")
+        assert num_chunks is not None  # check_partition_parameters
         partition = partition_add_remove_one(record_ids, num_chunks=num_chunks, key=randomness.key)
     return PrivatePartition(partition, unit, relation, num_records, num_users)
 

@@ -118,7 +118,7 @@ def partition_by_user(
     chunks = SparseChunks(  # only the chunks that hold users: O(#users), whatever m
         {
             j: np.sort(np.concatenate([kept[users[u]] for u in members]))
-            for j, members in user_chunks.chunks.nonempty_items()
+            for j, members in user_chunks.nonempty_items()
         },
         num_chunks,
     )

@@ -17,7 +17,7 @@ from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
 from dpmtv.prompt_budget import fit_demonstrations, prompt_length
-from dpmtv.prompts import Example, Prompt, zero_shot
+from dpmtv.prompts import Example, Prompt, zero_shot, zero_shot_prompts
 from dpmtv.vector import TaskVector
 
 STATISTICS = ("logprob", "calibrated", "shadow")
@@ -84,10 +84,6 @@ def _query(record: Record) -> Example:
 
 def _demo(record: Record) -> Example:
     return Example(record.load_images(), record.question, record.answer)
-
-
-def zero_shot_prompts(records: Sequence[Record]) -> list[Prompt]:
-    return [zero_shot(_query(record)) for record in records]
 
 
 def split_target(name, description, private, logp, greedy, num_members, details, shadow=None):
