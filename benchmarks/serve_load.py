@@ -132,6 +132,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def request_body(name: str, image: str) -> dict:
+    """One chat completion: a vector, a short question and one image (the same rows in every run)."""
+    return {
+        "model": name,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "?"},
+                    {"type": "image_url", "image_url": {"url": image}},
+                ],
+            }
+        ],
+    }
+
+
 async def _load(url: str, queries, requests: int, clients: int) -> dict:
     latencies: list[float] = []
     errors: list[str] = []
@@ -142,23 +160,9 @@ async def _load(url: str, queries, requests: int, clients: int) -> dict:
         nonlocal correct
         for index in counter:
             name, image, answer = queries[index % len(queries)]
-            body = {
-                "model": name,
-                "max_tokens": MAX_TOKENS,
-                "temperature": 0,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "text", "text": "?"},
-                            {"type": "image_url", "image_url": {"url": image}},
-                        ],
-                    }
-                ],
-            }
             started = time.perf_counter()
             try:
-                response = await http.post(f"{url}/v1/chat/completions", json=body)
+                response = await http.post(f"{url}/v1/chat/completions", json=request_body(name, image))
             except httpx.HTTPError as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
@@ -187,17 +191,9 @@ async def _load(url: str, queries, requests: int, clients: int) -> dict:
     }
 
 
-def run_server(
-    vectors: dict[str, Path],
-    *,
-    max_batch_size: int,
-    requests: int,
-    clients: int,
-    threads: int,
-    timeout_s: float,
-) -> dict:
+def serve_command(vectors: dict[str, Path], *, max_batch_size: int, clients: int, threads: int):
+    """(base URL, `dpmtv serve` command line) on a free loopback port."""
     port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     command = [
         *CLI,
         "serve",
@@ -217,9 +213,22 @@ def run_server(
         str(threads),
         *(arg for name, path in vectors.items() for arg in ("--vector", f"{name}={path}")),
     ]
+    return f"http://127.0.0.1:{port}", command
+
+
+def run_server(
+    vectors: dict[str, Path],
+    *,
+    max_batch_size: int,
+    requests: int,
+    clients: int,
+    threads: int,
+    timeout_s: float,
+) -> dict:
+    url, command = serve_command(vectors, max_batch_size=max_batch_size, clients=clients, threads=threads)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_healthy(url, server)
+        wait_healthy(url, server)
         queries = test_queries()
         asyncio.run(asyncio.wait_for(_load(url, queries, 4 * clients, clients), timeout_s))  # warm-up
         rss_before = rss_mib(server.pid)
@@ -248,7 +257,7 @@ def run_server(
             server.kill()
 
 
-def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 300) -> None:
+def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:

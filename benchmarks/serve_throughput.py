@@ -1,0 +1,116 @@
+"""How close the HTTP path comes to in-process batched generation of the same rows (issue 25).
+
+One run, side by side, on the embedded model serving two ε = 1 vectors (name_colour, name_shape,
+built as in serve_load.py), one torch thread on both sides:
+
+1. **In process**: the same request bodies the HTTP clients send are parsed, checked and decoded
+   here (``parse_chat_request``, ``plan_row``, ``row_request``: untimed), then generated in
+   batches of ``--clients`` rows by the batcher's own batched call (``generate_rows``, mixed
+   vectors in one batch): rows/s of generation alone, the ceiling the server works towards.
+2. **HTTP**: ``dpmtv serve`` as a child process, ``--clients`` loopback clients sending
+   ``--requests`` requests (serve_load.run_server: warm-up first, 0 errors expected).
+3. In process again (the machine is shared: the ratio uses the mean of both in-process runs, and
+   both are reported with the load average).
+
+    python benchmarks/serve_throughput.py [--requests 2000] [--clients 32] [--work DIR]
+        [--out benchmarks/results/serve_throughput.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from serve_load import build_vectors, request_body, run_server, test_queries  # noqa: E402
+
+from dpmtv.serve import ServeSettings, load_served_model  # noqa: E402
+from dpmtv.serve._generation import generate_rows  # noqa: E402
+from dpmtv.serve._requests import parse_chat_request, plan_row, row_request  # noqa: E402
+
+
+def in_process_rows(served, requests: int) -> list:
+    """The rows the server would queue for the benchmark's first ``requests`` request bodies."""
+    import threading
+
+    settings = ServeSettings()
+    queries = test_queries()
+    rows = []
+    for index in range(requests):
+        name, image, _ = queries[index % len(queries)]
+        chat = parse_chat_request(json.dumps(request_body(name, image)).encode())
+        planned = plan_row(chat, served, settings)
+        rows.append(row_request(planned, min_side=served.image_min_side, cancelled=threading.Event()))
+    return rows
+
+
+def in_process(served, rows: list, batch_size: int) -> dict:
+    generate_rows(served, rows[:batch_size])  # warm-up
+    started = time.perf_counter()
+    for start in range(0, len(rows), batch_size):
+        generate_rows(served, rows[start : start + batch_size])
+    seconds = time.perf_counter() - started
+    rows_per_s = len(rows) / seconds
+    return {"rows": len(rows), "batch_size": batch_size, "seconds": seconds, "rows_per_s": rows_per_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--run-timeout-s", type=float, default=1200)
+    parser.add_argument("--work", type=Path, help="keep the records and vectors here (reused when present)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_throughput.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # as the server runs (--threads 1)
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as temporary:
+        vectors = build_vectors(args.work or Path(temporary))
+        served = load_served_model("embedded", sorted(vectors.items()))
+        rows = in_process_rows(served, args.requests)
+        before = in_process(served, rows, args.clients)
+        load.append(os.getloadavg()[0])
+        http = run_server(
+            vectors,
+            max_batch_size=args.clients,
+            requests=args.requests,
+            clients=args.clients,
+            threads=1,
+            timeout_s=args.run_timeout_s,
+        )
+        load.append(os.getloadavg()[0])
+        after = in_process(served, rows, args.clients)
+        load.append(os.getloadavg()[0])
+    ceiling = (before["rows_per_s"] + after["rows_per_s"]) / 2
+    result = {
+        "http": http,
+        "in_process_before": before,
+        "in_process_after": after,
+        "ratio_http_over_in_process": http["requests_per_s"] / ceiling,
+        "target": ">= 0.6",
+        "command": "python " + " ".join(sys.argv),
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "torch_threads": 1,
+            "load_average_1m_at_start_between_end": load,
+            "platform": platform.platform(),
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
