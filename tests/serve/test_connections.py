@@ -3,15 +3,21 @@ is (bounded: a handful of sockets, timeouts of about a second)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import logging
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
-from dpmtv.serve import ServeSettings, create_app
+from dpmtv.serve import ServeSettings, _requests, create_app
 from dpmtv.serve._connections import RateLimitFilter
 from tests.serve._live import live_server
 from tests.serve.conftest import chat_body
@@ -190,3 +196,40 @@ def test_repeated_log_lines_are_rate_limited():
     now[0] = 61.0
     last = record()
     assert limit.filter(last) and "997 repeated log lines dropped" in last.msg
+
+
+def _jpeg_data_url(side: int) -> str:
+    ramp = np.linspace(0, 255, side, dtype=np.uint8)
+    pixels = np.stack(
+        [np.tile(ramp, (side, 1)), np.tile(ramp[:, None], (1, side)), np.full((side, side), 99, np.uint8)], -1
+    )
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_health_checks_are_answered_while_a_large_body_is_parsed(guarded, monkeypatch):
+    """Ordering, not timing: the large request's JSON parsing is held until /healthz has
+    answered. Parsing on the event loop (the old code) holds the loop too, so /healthz could not
+    answer and its bounded wait fails."""
+    entered, released = threading.Event(), threading.Event()
+    parse = _requests.parse_json_body
+
+    def held_parse(body: bytes):
+        entered.set()
+        released.wait(WAIT_S)
+        return parse(body)
+
+    monkeypatch.setattr(_requests, "parse_json_body", held_parse)
+    body = chat_body("colour", max_tokens=1)
+    body["messages"][0]["content"][1]["image_url"]["url"] = _jpeg_data_url(2048)
+    with ThreadPoolExecutor(1) as pool:
+        large = pool.submit(httpx.post, f"{guarded}/v1/chat/completions", json=body, timeout=3 * WAIT_S)
+        assert entered.wait(WAIT_S), "the large request never reached its JSON parsing"
+        try:
+            health = httpx.get(f"{guarded}/healthz", timeout=WAIT_S / 4)
+            answered_while_parsing = not released.is_set()
+        finally:
+            released.set()
+        assert health.status_code == 200 and answered_while_parsing
+        assert large.result().status_code == 200

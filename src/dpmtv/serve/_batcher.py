@@ -1,9 +1,12 @@
 """Dynamic batching: requests that arrive within a few milliseconds share one forward batch.
 
-The first waiting request waits up to ``batch_window_ms`` for company (less when the batch fills);
-then up to ``max_batch_size`` waiting requests with the same number of images (one processor
-call needs a uniform image layout) run together on one generation thread — whatever vector each
-asked for. While a batch runs, new requests queue; more than ``max_queue`` waiting is refused
+A request that finds the server idle waits up to ``batch_window_ms`` for company (less when the
+batch fills); then up to ``max_batch_size`` waiting requests with the same number of images (one
+processor call needs a uniform image layout) run together on one generation thread — whatever
+vector each asked for. Admission is continuous: rows arrive already encoded (the prepare pool),
+requests that arrive while a batch runs queue, and the next batch starts the moment the current
+one ends, with every row then waiting (no window: the queue already holds the company).
+More than ``max_queue`` waiting is refused
 (:class:`QueueFullError`, HTTP 429 with a Retry-After from the recent batch time) so a burst
 cannot grow memory without bound. A job whose client has gone is dropped from the queue, or
 stops at its next token when its batch is already running.
@@ -98,18 +101,22 @@ class DynamicBatcher:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        busy = False  # a batch has just ended: whoever waits now goes into the next one at once
         while True:
             if not self._pending:
+                busy = False
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            if len(self._pending) < self.settings.max_batch_size and self.settings.batch_window_ms > 0:
-                await asyncio.sleep(self.settings.batch_window_ms / 1000)
+            window_s = self.settings.batch_window_ms / 1000
+            if not busy and len(self._pending) < self.settings.max_batch_size and window_s > 0:
+                await asyncio.sleep(window_s)
             batch = self._take_batch()
             if batch:
                 started = time.perf_counter()
                 await loop.run_in_executor(self._executor, self._generate, batch, loop)
                 self.batch_seconds = time.perf_counter() - started
+                busy = True
 
     def _take_batch(self) -> list[Job]:
         """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first;
@@ -129,16 +136,18 @@ class DynamicBatcher:
         return batch
 
     def _generate(self, batch: Sequence[Job], loop: asyncio.AbstractEventLoop) -> None:
-        def on_text(row: int, text: str) -> None:
+        def on_first_token(row: int) -> None:
             job = batch[row]
-            if job.first_token_at is None:
-                job.first_token_at = time.perf_counter()
-                self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
-            loop.call_soon_threadsafe(job.events.put_nowait, ("text", text))
+            job.first_token_at = time.perf_counter()
+            self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
+
+        def on_text(row: int, text: str) -> None:  # streaming rows only
+            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", text))
 
         self.metrics.observe_batch(len(batch))
+        rows = [job.row for job in batch]
         try:
-            results: list[RowResult] = generate_rows(self.served, [job.row for job in batch], on_text)
+            results: list[RowResult] = generate_rows(self.served, rows, on_text, on_first_token)
         except Exception as exc:  # noqa: BLE001 — every waiting client gets the failure, the server lives on
             for job in batch:
                 loop.call_soon_threadsafe(job.events.put_nowait, ("error", exc))
