@@ -1,7 +1,7 @@
 """Where a `dpmtv serve` request's time goes, between the socket and the batched forward pass.
 
 Starts the server as serve_load.py does (embedded model, two ε = 1 vectors, one torch thread),
-runs a warm-up, then samples the server with py-spy (``pip install py-spy``; it attaches to the
+runs a warm-up, then samples the server with py-spy while the lean raw HTTP/1.1 client loads it (``pip install py-spy``; it attaches to the
 pid, so it needs ptrace rights: root or ``kernel.yama.ptrace_scope`` 0) while CLIENTS loopback
 clients send REQUESTS requests. Samples are of threads running on a CPU (py-spy's default) and,
 in a second pass over the same load, of the thread holding the GIL (``--gil``). Reports, per
@@ -38,6 +38,7 @@ STAGES = {
     "base64_decode": ("b64decode",),
     "image_header": ("encoded_image",),
     "image_decode": ("decode_image",),
+    "prepare_pool_hop": ("RequestPreparer.__call__", "run_in_executor", "ThreadPoolExecutor.submit"),
     "prompt_render": ("render_text", "render_conversation"),
     "processor_tokenise": ("_run_processor", "encode_row", "merge_rows"),
     "forward_generate": ("greedy_new_tokens",),
@@ -89,7 +90,7 @@ def profiled_load(url: str, pid: int, queries, requests: int, clients: int, raw:
     recorder = subprocess.Popen([*spy, *(["--gil"] if gil else [])], stdout=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attached
     try:
-        return asyncio.run(_load(url, queries, requests, clients))
+        return asyncio.run(_load(url, queries, requests, clients, "raw"))
     finally:
         recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
         recorder.wait(timeout=60)
@@ -110,7 +111,7 @@ def main() -> None:
         try:
             wait_healthy(url, server)
             queries = test_queries()
-            asyncio.run(_load(url, queries, 4 * args.clients, args.clients))  # warm-up
+            asyncio.run(_load(url, queries, 4 * args.clients, args.clients, "raw"))  # warm-up
             passes = {}
             for kind, gil in (("on_cpu", False), ("holding_gil", True)):
                 raw = Path(temporary) / f"{kind}.txt"

@@ -49,7 +49,7 @@ class _Disconnected(Exception):
 def create_app(served: ServedModel, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     metrics = Metrics()
-    batcher = DynamicBatcher(served, settings, metrics)
+    batcher = DynamicBatcher(served, settings, metrics, preparing=lambda: preparer.preparing)
     pixels = PixelBudget(settings.max_pixels_in_flight)
     # Bodies are parsed, decoded and encoded in a pool: the event loop only moves bytes.
     preparer = RequestPreparer(served, settings, pixels, lambda: batcher.retry_after_s)
@@ -173,7 +173,6 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
     app.state.chat = chat_route
     metrics = chat_route.metrics
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         received = time.perf_counter()
         chat, job, release = await chat_route.admit(request, received)
@@ -193,6 +192,11 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
             release()
         metrics.observe_latency(chat.model, time.perf_counter() - received)
         return JSONResponse(completion.whole(result))
+
+    # A plain Starlette route: the endpoint reads its own body, so FastAPI's dependency solving
+    # and exit stacks per request would be pure event-loop time (the route's errors still go
+    # through the app's exception handlers).
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
 
 
 async def _read_body(request: Request, settings: ServeSettings) -> bytes:

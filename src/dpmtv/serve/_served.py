@@ -8,9 +8,7 @@ A vector that fails either is refused with the reason; the server never starts w
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,8 +44,6 @@ class ServedModel:
     vectors: dict[str, ServedVector]
     patch_mode: PatchMode
     created: int  # unix seconds, reported by /v1/models
-    # The processor's tokenizer keeps mutable padding state: one encoding at a time, any thread.
-    encode_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
     def model_names(self) -> list[str]:
