@@ -58,12 +58,18 @@ def _closed_by_server(sock: socket.socket) -> bool:
 
 
 @pytest.fixture(scope="module")
-def guarded(served):
+def guarded_app(served):
     settings = ServeSettings(
         header_timeout_s=1.0, body_timeout_s=1.0, max_connections=6, batch_window_ms=1000
     )
-    with live_server(create_app(served, settings)) as url:
-        yield url
+    app = create_app(served, settings)
+    with live_server(app) as url:
+        yield url, app
+
+
+@pytest.fixture
+def guarded(guarded_app):
+    return guarded_app[0]
 
 
 def test_connections_that_send_nothing_are_closed_and_the_server_still_answers(guarded):
@@ -168,18 +174,44 @@ def test_a_request_abandoned_in_the_queue_is_never_generated(guarded):
     assert metrics.get(("dpmtv_generated_tokens_total", (("model", "colour"),)), 0) == 0
 
 
-def test_a_stream_abandoned_mid_answer_stops_generating(guarded):
+def test_a_stream_abandoned_mid_answer_stops_generating(guarded_app, served):
+    """Ordered, not timed: a forward pre-hook lets the model take one step per permit until the
+    client has its first text, and after the client has gone, holds the next step until the
+    server has seen the disconnect (the stream's pixels released, after its job was cancelled).
+    Unpaced, a fast machine could generate all 200 tokens before the disconnect was read."""
+    url, app = guarded_app
     body = chat_body("shape", image_seed=5, max_tokens=200, stream=True)
-    whole = httpx.post(f"{guarded}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
+    whole = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
     assert whole["choices"][0]["finish_reason"] == "length"  # this query runs to its limit
-    before = _metrics(guarded).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
-    sock = _raw_post(guarded, body)
-    head = _read_until(sock, b"data:")
-    while head.count(b"data:") < 2:  # the role chunk, then the first text: generation has started
-        head += sock.recv(65536)
-    sock.close()
-    key = ("dpmtv_cancelled_requests_total", (("model", "shape"), ("started", "true")))
-    metrics = _wait_for(guarded, key, 1)
+    before = _metrics(url).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
+    steps, closed, pixels = threading.Semaphore(0), threading.Event(), app.state.chat.pixels
+
+    def pace(module, args) -> None:
+        if not closed.is_set():
+            steps.acquire(timeout=WAIT_S)
+            return
+        deadline = time.monotonic() + WAIT_S
+        while pixels.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    hook = served.loaded.model.register_forward_pre_hook(pace)
+    try:
+        sock = _raw_post(url, body)
+        sock.settimeout(0.5)
+        head = b""
+        while head.count(b"data:") < 2:  # the role chunk, then the first text
+            steps.release()
+            try:
+                head += sock.recv(65536)
+            except TimeoutError:
+                pass  # that step decoded no visible text yet: allow another
+        sock.close()
+        closed.set()
+        steps.release()  # the step waiting for a permit goes on; the next waits for the disconnect
+        key = ("dpmtv_cancelled_requests_total", (("model", "shape"), ("started", "true")))
+        metrics = _wait_for(url, key, 1)
+    finally:
+        hook.remove()
     assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < 200
 
 
