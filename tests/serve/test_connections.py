@@ -240,7 +240,7 @@ def _jpeg_data_url(side: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def test_health_checks_are_answered_while_a_large_body_is_parsed(guarded, monkeypatch):
+def test_health_checks_are_answered_while_a_large_body_is_parsed(guarded, served, monkeypatch):
     """Ordering, not timing: the large request's JSON parsing is held until /healthz has
     answered. Parsing on the event loop (the old code) holds the loop too, so /healthz could not
     answer and its bounded wait fails."""
@@ -253,7 +253,7 @@ def test_health_checks_are_answered_while_a_large_body_is_parsed(guarded, monkey
         return parse(body)
 
     monkeypatch.setattr(_requests, "parse_json_body", held_parse)
-    body = chat_body("colour", max_tokens=1)
+    body = chat_body(served.name, max_tokens=1)  # the bare model: the vectors' counts stay as they were
     body["messages"][0]["content"][1]["image_url"]["url"] = _jpeg_data_url(2048)
     with ThreadPoolExecutor(1) as pool:
         large = pool.submit(httpx.post, f"{guarded}/v1/chat/completions", json=body, timeout=3 * WAIT_S)
