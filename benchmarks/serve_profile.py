@@ -1,13 +1,14 @@
 """Where a `dpmtv serve` request's time goes, between the socket and the batched forward pass.
 
 Starts the server as serve_load.py does (embedded model, two ε = 1 vectors, one torch thread),
-runs a warm-up, then samples the server with py-spy while the lean raw HTTP/1.1 client loads it (``pip install py-spy``; it attaches to the
+runs a warm-up, then samples the server with py-spy (``pip install py-spy``; it attaches to the
 pid, so it needs ptrace rights: root or ``kernel.yama.ptrace_scope`` 0) while CLIENTS loopback
-clients send REQUESTS requests. Samples are of threads running on a CPU (py-spy's default) and,
-in a second pass over the same load, of the thread holding the GIL (``--gil``). Reports, per
-thread (event loop, decoder pool, generation), its share of the samples, and inside each the
-share of each stage: JSON and pydantic parsing, base64, image header and decoding, prompt
-rendering and the processor, the forward passes, batch admission, the HTTP protocol.
+clients (serve_load's lean raw HTTP/1.1 client) send REQUESTS requests. Samples are of threads
+running on a CPU (py-spy's default) and, in a second pass over the same load, of the thread
+holding the GIL (``--gil``). Reports, per thread (event loop, prepare pool, generation), its
+share of the samples, the share of each stage inside it (JSON and pydantic parsing, base64,
+image header and decoding, the hop to the prepare pool, prompt rendering and the processor, the
+forward passes, batch admission, the HTTP protocol) and its innermost frames.
 
     python benchmarks/serve_profile.py [--requests 1000] [--clients 32] [--work DIR]
         [--out benchmarks/results/serve_profile.json]

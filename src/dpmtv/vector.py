@@ -275,7 +275,8 @@ def _check_format(path: Path, document: dict[str, Any]) -> None:
 def _claim_words(document: dict[str, Any]) -> str:
     privacy = document.get("privacy", {})
     return ", ".join(
-        f"{k} = {privacy.get(k)!r}" for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
+        f"{k} = {privacy.get(k)!r}"
+        for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
     )
 
 

@@ -182,7 +182,10 @@ def test_a_stream_abandoned_mid_answer_stops_generating(guarded_app, served):
     url, app = guarded_app
     body = chat_body("shape", image_seed=5, max_tokens=200, stream=True)
     whole = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
-    assert whole["choices"][0]["finish_reason"] == "length"  # this query runs to its limit
+    # This query runs long (to its limit of 200, or once, on a loaded machine, to an end token
+    # earlier: a random-weight model's near-tied logits), far past where the client leaves.
+    whole_tokens = whole["usage"]["completion_tokens"]
+    assert whole_tokens >= 50
     before = _metrics(url).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
     steps, closed, pixels = threading.Semaphore(0), threading.Event(), app.state.chat.pixels
 
@@ -212,7 +215,7 @@ def test_a_stream_abandoned_mid_answer_stops_generating(guarded_app, served):
         metrics = _wait_for(url, key, 1)
     finally:
         hook.remove()
-    assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < 200
+    assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < whole_tokens
 
 
 def test_repeated_log_lines_are_rate_limited():

@@ -52,7 +52,7 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=int,
     default=2,
     show_default=True,
-    help="Threads that parse, decode and encode requests, off the event loop and the model.",
+    help="Threads that parse, check and decode requests, off the event loop and the model.",
 )
 @click.option(
     "--max-queue",

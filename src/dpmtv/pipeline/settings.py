@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 
+
 class QueryKind(str, Enum):
     """Each chunk's query: one of its records (answer withheld), a blank image, or a public image."""
 

@@ -51,7 +51,7 @@ def create_app(served: ServedModel, settings: ServeSettings | None = None) -> Fa
     metrics = Metrics()
     batcher = DynamicBatcher(served, settings, metrics, preparing=lambda: preparer.preparing)
     pixels = PixelBudget(settings.max_pixels_in_flight)
-    # Bodies are parsed, decoded and encoded in a pool: the event loop only moves bytes.
+    # Bodies are parsed, checked and decoded in a pool: the event loop only moves bytes.
     preparer = RequestPreparer(served, settings, pixels, lambda: batcher.retry_after_s)
 
     @asynccontextmanager
@@ -151,8 +151,8 @@ class _Chat:
         self.pixels, self.preparer = pixels, preparer
 
     async def admit(self, request: Request, received: float) -> tuple[ChatRequest, Job, Callable[[], None]]:
-        """Read the body; parse, check, hold the pixels, decode and encode it in the prepare
-        pool; queue the row (or refuse)."""
+        """Read the body; parse, check, hold the pixels and decode it in the prepare pool;
+        queue the row (or refuse)."""
         prepared = await self.preparer(await _read_body(request, self.settings))
         chat, held = prepared.chat, prepared.pixels_held
         try:
