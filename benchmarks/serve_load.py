@@ -121,6 +121,12 @@ def test_queries(per_task: int = 100) -> list[tuple[str, str, str]]:
     return [query for pair in zip(*columns) for query in pair]
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     text = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
@@ -132,72 +138,124 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _load(url: str, queries, requests: int, clients: int) -> dict:
-    latencies: list[float] = []
-    errors: list[str] = []
-    correct = 0
-    counter = iter(range(requests))
-
-    async def client(http: httpx.AsyncClient) -> None:
-        nonlocal correct
-        for index in counter:
-            name, image, answer = queries[index % len(queries)]
-            body = {
-                "model": name,
-                "max_tokens": MAX_TOKENS,
-                "temperature": 0,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "text", "text": "?"},
-                            {"type": "image_url", "image_url": {"url": image}},
-                        ],
-                    }
+def request_body(name: str, image: str) -> dict:
+    """One chat completion: a vector, a short question and one image (the same rows in every run)."""
+    return {
+        "model": name,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "?"},
+                    {"type": "image_url", "image_url": {"url": image}},
                 ],
             }
+        ],
+    }
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.correct = 0
+
+    def answer(self, started: float, status: int, text: str, answer: str) -> None:
+        self.latencies.append(time.perf_counter() - started)
+        if status != 200:
+            self.errors.append(f"{status}: {text[:200]}")
+        elif json.loads(text)["choices"][0]["message"]["content"] == answer:
+            self.correct += 1
+
+
+async def _httpx_clients(url: str, queries, counter, clients: int, tally: _Tally) -> None:
+    async def client(http: httpx.AsyncClient) -> None:
+        for index in counter:
+            name, image, answer = queries[index % len(queries)]
             started = time.perf_counter()
             try:
-                response = await http.post(f"{url}/v1/chat/completions", json=body)
+                response = await http.post(f"{url}/v1/chat/completions", json=request_body(name, image))
             except httpx.HTTPError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
+                tally.errors.append(f"{type(exc).__name__}: {exc}")
                 continue
-            latencies.append(time.perf_counter() - started)
-            if response.status_code != 200:
-                errors.append(f"{response.status_code}: {response.text[:200]}")
-            elif response.json()["choices"][0]["message"]["content"] == answer:
-                correct += 1
+            tally.answer(started, response.status_code, response.text, answer)
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        started = time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
-        seconds = time.perf_counter() - started
-    latencies_ms = np.array(latencies) * 1000
+
+
+async def _raw_clients(url: str, queries, counter, clients: int, tally: _Tally) -> None:
+    """A lean HTTP/1.1 keep-alive client (pre-serialised requests, Content-Length answers), so
+    that the load generator costs the shared CPUs little next to the server (httpx spent ~3 ms
+    of CPU per request here, more than the server's batched generation of a row)."""
+    host, port = url.removeprefix("http://").split(":")
+    requests = []
+    for name, image, answer in queries:
+        body = json.dumps(request_body(name, image)).encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        requests.append((head.encode() + body, answer))
+
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for index in counter:
+                payload, answer = requests[index % len(requests)]
+                started = time.perf_counter()
+                try:
+                    writer.write(payload)
+                    status, text = await asyncio.wait_for(_raw_response(reader), 120)
+                except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
+                    tally.errors.append(f"{type(exc).__name__}: {exc}")
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(host, int(port))
+                    continue
+                tally.answer(started, status, text, answer)
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+async def _raw_response(reader: asyncio.StreamReader) -> tuple[int, str]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+    return status, (await reader.readexactly(length)).decode()
+
+
+CLIENTS = {"httpx": _httpx_clients, "raw": _raw_clients}
+
+
+async def _load(url: str, queries, requests: int, clients: int, client: str = "httpx") -> dict:
+    tally = _Tally()
+    started = time.perf_counter()
+    await CLIENTS[client](url, queries, iter(range(requests)), clients, tally)
+    seconds = time.perf_counter() - started
+    latencies_ms = np.array(tally.latencies) * 1000
     return {
         "requests": requests,
         "clients": clients,
+        "client": client,
         "seconds": seconds,
         "requests_per_s": requests / seconds,
         "latency_p50_ms": float(np.percentile(latencies_ms, 50)),
         "latency_p99_ms": float(np.percentile(latencies_ms, 99)),
-        "errors": len(errors),
-        "first_errors": errors[:5],
-        "accuracy": correct / requests,
+        "errors": len(tally.errors),
+        "first_errors": tally.errors[:5],
+        "accuracy": tally.correct / requests,
     }
 
 
-def run_server(
-    vectors: dict[str, Path],
-    *,
-    max_batch_size: int,
-    requests: int,
-    clients: int,
-    threads: int,
-    timeout_s: float,
-) -> dict:
+def serve_command(vectors: dict[str, Path], *, max_batch_size: int, clients: int, threads: int):
+    """(base URL, `dpmtv serve` command line) on a free loopback port."""
     port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     command = [
         *CLI,
         "serve",
@@ -217,14 +275,29 @@ def run_server(
         str(threads),
         *(arg for name, path in vectors.items() for arg in ("--vector", f"{name}={path}")),
     ]
+    return f"http://127.0.0.1:{port}", command
+
+
+def run_server(
+    vectors: dict[str, Path],
+    *,
+    max_batch_size: int,
+    requests: int,
+    clients: int,
+    threads: int,
+    timeout_s: float,
+    client: str = "httpx",
+) -> dict:
+    url, command = serve_command(vectors, max_batch_size=max_batch_size, clients=clients, threads=threads)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_healthy(url, server)
+        wait_healthy(url, server)
         queries = test_queries()
-        asyncio.run(asyncio.wait_for(_load(url, queries, 4 * clients, clients), timeout_s))  # warm-up
-        rss_before = rss_mib(server.pid)
-        result = asyncio.run(asyncio.wait_for(_load(url, queries, requests, clients), timeout_s))
-        rss_after = rss_mib(server.pid)
+        warm_up = _load(url, queries, 4 * clients, clients, client)
+        asyncio.run(asyncio.wait_for(warm_up, timeout_s))
+        rss_before, cpu_before = rss_mib(server.pid), cpu_s(server.pid)
+        result = asyncio.run(asyncio.wait_for(_load(url, queries, requests, clients, client), timeout_s))
+        rss_after, cpu_seconds = rss_mib(server.pid), cpu_s(server.pid) - cpu_before
         metrics = httpx.get(f"{url}/metrics").text
         total, count = (
             float(re.search(rf"dpmtv_batch_size_{k} (\S+)", metrics).group(1)) for k in ("sum", "count")
@@ -235,6 +308,8 @@ def run_server(
                 "server_rss_mib_before": rss_before,
                 "server_rss_mib_after": rss_after,
                 "server_rss_growth": rss_after / rss_before - 1,
+                # CPU the server spent per request: steadier than requests/s on a shared machine
+                "server_cpu_ms_per_request": 1000 * cpu_seconds / requests,
                 "mean_batch_size_incl_warmup": total / count,
                 "server_command": " ".join(command[3:]),
             }
@@ -248,7 +323,7 @@ def run_server(
             server.kill()
 
 
-def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 300) -> None:
+def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -268,6 +343,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--run-timeout-s", type=float, default=1200)
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
+    parser.add_argument(
+        "--client", choices=sorted(CLIENTS), default="httpx", help="the load generator (raw: lean HTTP/1.1)"
+    )
     parser.add_argument("--work", type=Path, help="keep the records and vectors here (reused when present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_load.json"))
     args = parser.parse_args()
@@ -282,6 +360,7 @@ def main() -> None:
                 clients=args.clients,
                 threads=args.threads,
                 timeout_s=args.run_timeout_s,
+                client=args.client,
             ),
             "batching_off": run_server(
                 vectors,
@@ -290,6 +369,7 @@ def main() -> None:
                 clients=args.clients,
                 threads=args.threads,
                 timeout_s=args.run_timeout_s,
+                client=args.client,
             ),
         }
     result = {

@@ -3,15 +3,21 @@ is (bounded: a handful of sockets, timeouts of about a second)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import logging
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
-from dpmtv.serve import ServeSettings, create_app
+from dpmtv.serve import ServeSettings, _requests, create_app
 from dpmtv.serve._connections import RateLimitFilter
 from tests.serve._live import live_server
 from tests.serve.conftest import chat_body
@@ -52,12 +58,18 @@ def _closed_by_server(sock: socket.socket) -> bool:
 
 
 @pytest.fixture(scope="module")
-def guarded(served):
+def guarded_app(served):
     settings = ServeSettings(
         header_timeout_s=1.0, body_timeout_s=1.0, max_connections=6, batch_window_ms=1000
     )
-    with live_server(create_app(served, settings)) as url:
-        yield url
+    app = create_app(served, settings)
+    with live_server(app) as url:
+        yield url, app
+
+
+@pytest.fixture
+def guarded(guarded_app):
+    return guarded_app[0]
 
 
 def test_connections_that_send_nothing_are_closed_and_the_server_still_answers(guarded):
@@ -162,19 +174,48 @@ def test_a_request_abandoned_in_the_queue_is_never_generated(guarded):
     assert metrics.get(("dpmtv_generated_tokens_total", (("model", "colour"),)), 0) == 0
 
 
-def test_a_stream_abandoned_mid_answer_stops_generating(guarded):
+def test_a_stream_abandoned_mid_answer_stops_generating(guarded_app, served):
+    """Ordered, not timed: a forward pre-hook lets the model take one step per permit until the
+    client has its first text, and after the client has gone, holds the next step until the
+    server has seen the disconnect (the stream's pixels released, after its job was cancelled).
+    Unpaced, a fast machine could generate all 200 tokens before the disconnect was read."""
+    url, app = guarded_app
     body = chat_body("shape", image_seed=5, max_tokens=200, stream=True)
-    whole = httpx.post(f"{guarded}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
-    assert whole["choices"][0]["finish_reason"] == "length"  # this query runs to its limit
-    before = _metrics(guarded).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
-    sock = _raw_post(guarded, body)
-    head = _read_until(sock, b"data:")
-    while head.count(b"data:") < 2:  # the role chunk, then the first text: generation has started
-        head += sock.recv(65536)
-    sock.close()
-    key = ("dpmtv_cancelled_requests_total", (("model", "shape"), ("started", "true")))
-    metrics = _wait_for(guarded, key, 1)
-    assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < 200
+    whole = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False}, timeout=300).json()
+    # This query runs long (to its limit of 200, or once, on a loaded machine, to an end token
+    # earlier: a random-weight model's near-tied logits), far past where the client leaves.
+    whole_tokens = whole["usage"]["completion_tokens"]
+    assert whole_tokens >= 50
+    before = _metrics(url).get(("dpmtv_generated_tokens_total", (("model", "shape"),)), 0)
+    steps, closed, pixels = threading.Semaphore(0), threading.Event(), app.state.chat.pixels
+
+    def pace(module, args) -> None:
+        if not closed.is_set():
+            steps.acquire(timeout=WAIT_S)
+            return
+        deadline = time.monotonic() + WAIT_S
+        while pixels.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    hook = served.loaded.model.register_forward_pre_hook(pace)
+    try:
+        sock = _raw_post(url, body)
+        sock.settimeout(0.5)
+        head = b""
+        while head.count(b"data:") < 2:  # the role chunk, then the first text
+            steps.release()
+            try:
+                head += sock.recv(65536)
+            except TimeoutError:
+                pass  # that step decoded no visible text yet: allow another
+        sock.close()
+        closed.set()
+        steps.release()  # the step waiting for a permit goes on; the next waits for the disconnect
+        key = ("dpmtv_cancelled_requests_total", (("model", "shape"), ("started", "true")))
+        metrics = _wait_for(url, key, 1)
+    finally:
+        hook.remove()
+    assert metrics[("dpmtv_generated_tokens_total", (("model", "shape"),))] - before < whole_tokens
 
 
 def test_repeated_log_lines_are_rate_limited():
@@ -190,3 +231,40 @@ def test_repeated_log_lines_are_rate_limited():
     now[0] = 61.0
     last = record()
     assert limit.filter(last) and "997 repeated log lines dropped" in last.msg
+
+
+def _jpeg_data_url(side: int) -> str:
+    ramp = np.linspace(0, 255, side, dtype=np.uint8)
+    pixels = np.stack(
+        [np.tile(ramp, (side, 1)), np.tile(ramp[:, None], (1, side)), np.full((side, side), 99, np.uint8)], -1
+    )
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_health_checks_are_answered_while_a_large_body_is_parsed(guarded, served, monkeypatch):
+    """Ordering, not timing: the large request's JSON parsing is held until /healthz has
+    answered. Parsing on the event loop (the old code) holds the loop too, so /healthz could not
+    answer and its bounded wait fails."""
+    entered, released = threading.Event(), threading.Event()
+    parse = _requests.parse_json_body
+
+    def held_parse(body: bytes):
+        entered.set()
+        released.wait(WAIT_S)
+        return parse(body)
+
+    monkeypatch.setattr(_requests, "parse_json_body", held_parse)
+    body = chat_body(served.name, max_tokens=1)  # the bare model: the vectors' counts stay as they were
+    body["messages"][0]["content"][1]["image_url"]["url"] = _jpeg_data_url(2048)
+    with ThreadPoolExecutor(1) as pool:
+        large = pool.submit(httpx.post, f"{guarded}/v1/chat/completions", json=body, timeout=3 * WAIT_S)
+        assert entered.wait(WAIT_S), "the large request never reached its JSON parsing"
+        try:
+            health = httpx.get(f"{guarded}/healthz", timeout=WAIT_S / 4)
+            answered_while_parsing = not released.is_set()
+        finally:
+            released.set()
+        assert health.status_code == 200 and answered_while_parsing
+        assert large.result().status_code == 200

@@ -45,7 +45,14 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=float,
     default=5.0,
     show_default=True,
-    help="How long a waiting request waits for others to batch with.",
+    help="How long a request that finds the server idle waits for others to batch with.",
+)
+@click.option(
+    "--prepare-workers",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Threads that parse, check and decode requests, off the event loop and the model.",
 )
 @click.option(
     "--max-queue",

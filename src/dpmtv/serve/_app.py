@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib import resources
@@ -26,7 +24,8 @@ from dpmtv.serve._generation import RowResult
 from dpmtv.serve._guarantee import QUERIES_ARE_FREE, model_cards
 from dpmtv.serve._guard import Guard
 from dpmtv.serve._metrics import CONTENT_TYPE, Metrics
-from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_request
+from dpmtv.serve._prepare import RequestPreparer
+from dpmtv.serve._requests import ChatRequest
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
 
@@ -50,15 +49,16 @@ class _Disconnected(Exception):
 def create_app(served: ServedModel, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     metrics = Metrics()
-    batcher = DynamicBatcher(served, settings, metrics)
-    # Images decode on their own thread: neither the event loop (health checks) nor generation waits.
-    decoder = ThreadPoolExecutor(1, thread_name_prefix="dpmtv-decode")
+    batcher = DynamicBatcher(served, settings, metrics, preparing=lambda: preparer.preparing)
+    pixels = PixelBudget(settings.max_pixels_in_flight)
+    # Bodies are parsed, checked and decoded in a pool: the event loop only moves bytes.
+    preparer = RequestPreparer(served, settings, pixels, lambda: batcher.retry_after_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         batcher.close()
-        decoder.shutdown(wait=False, cancel_futures=True)
+        preparer.close()
 
     app = FastAPI(
         title="dpmtv", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
@@ -72,9 +72,7 @@ def create_app(served: ServedModel, settings: ServeSettings | None = None) -> Fa
     _install_error_handlers(app, metrics)
     app.add_middleware(Guard, settings=settings, metrics=metrics, paths=_PATHS, public=_PUBLIC_PATHS)
     _install_routes(app, served, settings, batcher, metrics)
-    _install_chat(
-        app, _Chat(served, settings, batcher, metrics, PixelBudget(settings.max_pixels_in_flight), decoder)
-    )
+    _install_chat(app, _Chat(settings, batcher, metrics, pixels, preparer))
     return app
 
 
@@ -148,24 +146,17 @@ def _install_routes(
 class _Chat:
     """Everything one chat completion passes through, from the body to the answer."""
 
-    def __init__(self, served, settings, batcher, metrics, pixels, decoder) -> None:
-        self.served, self.settings, self.batcher = served, settings, batcher
-        self.metrics, self.pixels, self.decoder = metrics, pixels, decoder
+    def __init__(self, settings, batcher, metrics, pixels, preparer) -> None:
+        self.settings, self.batcher, self.metrics = settings, batcher, metrics
+        self.pixels, self.preparer = pixels, preparer
 
     async def admit(self, request: Request, received: float) -> tuple[ChatRequest, Job, Callable[[], None]]:
-        """Parse, check, hold the images' pixels, decode them and queue the row (or refuse)."""
-        chat = parse_chat_request(await _read_body(request, self.settings))
-        planned = plan_row(chat, self.served, self.settings)
-        held = self.pixels.admit(planned.pixels, retry_after_s=self.batcher.retry_after_s)
+        """Read the body; parse, check, hold the pixels and decode it in the prepare pool;
+        queue the row (or refuse)."""
+        prepared = await self.preparer(await _read_body(request, self.settings))
+        chat, held = prepared.chat, prepared.pixels_held
         try:
-            decode = partial(
-                row_request, planned, min_side=self.served.image_min_side, cancelled=threading.Event()
-            )
-            row = await asyncio.get_running_loop().run_in_executor(self.decoder, decode)
-            kept = sum(image.width * image.height for image in row.example.images)
-            self.pixels.release(held - kept)
-            held = kept
-            job = self.batcher.submit(row, model=chat.model, received_at=received)
+            job = self.batcher.submit(prepared.row, model=chat.model, received_at=received)
         except QueueFullError as exc:
             self.pixels.release(held)
             headers = {"Retry-After": retry_after(self.batcher.retry_after_s)}
@@ -182,7 +173,6 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
     app.state.chat = chat_route
     metrics = chat_route.metrics
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         received = time.perf_counter()
         chat, job, release = await chat_route.admit(request, received)
@@ -202,6 +192,11 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
             release()
         metrics.observe_latency(chat.model, time.perf_counter() - received)
         return JSONResponse(completion.whole(result))
+
+    # A plain Starlette route: the endpoint reads its own body, so FastAPI's dependency solving
+    # and exit stacks per request would be pure event-loop time (the route's errors still go
+    # through the app's exception handlers).
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
 
 
 async def _read_body(request: Request, settings: ServeSettings) -> bytes:

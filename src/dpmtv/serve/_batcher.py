@@ -1,9 +1,13 @@
 """Dynamic batching: requests that arrive within a few milliseconds share one forward batch.
 
-The first waiting request waits up to ``batch_window_ms`` for company (less when the batch fills);
-then up to ``max_batch_size`` waiting requests with the same number of images (one processor
-call needs a uniform image layout) run together on one generation thread — whatever vector each
-asked for. While a batch runs, new requests queue; more than ``max_queue`` waiting is refused
+A request that finds the server idle waits up to ``batch_window_ms`` for company (less when the
+batch fills); then up to ``max_batch_size`` waiting requests with the same number of images (one
+processor call needs a uniform image layout) run together on one generation thread — whatever
+vector each asked for. Admission is continuous: requests that arrive while a batch runs are
+prepared (the prepare pool) and queue, and when the batch ends the next one starts with every
+row waiting, waiting longer (at most the window) only while requests still in the prepare pool
+could fill it — a batch costs about the same for 8 rows as for 32 on a small model, so rows
+that miss it by a millisecond would cost a whole batch. More than ``max_queue`` waiting is refused
 (:class:`QueueFullError`, HTTP 429 with a Retry-After from the recent batch time) so a burst
 cannot grow memory without bound. A job whose client has gone is dropped from the queue, or
 stops at its next token when its batch is already running.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,10 +56,17 @@ class Job:
 
 
 class DynamicBatcher:
-    def __init__(self, served: ServedModel, settings: ServeSettings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        served: ServedModel,
+        settings: ServeSettings,
+        metrics: Metrics,
+        preparing: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.served = served
         self.settings = settings
         self.metrics = metrics
+        self.preparing = preparing  # requests being prepared, that will queue in a moment
         self._pending: deque[Job] = deque()
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -98,18 +109,39 @@ class DynamicBatcher:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        busy = False  # a batch has just ended: whoever waits now goes into the next one at once
         while True:
             if not self._pending:
+                busy = False
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            if len(self._pending) < self.settings.max_batch_size and self.settings.batch_window_ms > 0:
-                await asyncio.sleep(self.settings.batch_window_ms / 1000)
+            await self._gather(busy=busy)
             batch = self._take_batch()
             if batch:
                 started = time.perf_counter()
                 await loop.run_in_executor(self._executor, self._generate, batch, loop)
                 self.batch_seconds = time.perf_counter() - started
+                busy = True
+
+    async def _gather(self, *, busy: bool) -> None:
+        """Wait for company: idle, the window; busy (a batch just ended), at most the window and
+        only while requests in the prepare pool could still fill the batch."""
+        window_s = self.settings.batch_window_ms / 1000
+        if window_s <= 0 or len(self._pending) >= self.settings.max_batch_size:
+            return
+        if not busy:
+            await asyncio.sleep(window_s)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + window_s
+        while len(self._pending) < self.settings.max_batch_size and self.preparing() > 0:
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                return
 
     def _take_batch(self) -> list[Job]:
         """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first;
@@ -129,16 +161,18 @@ class DynamicBatcher:
         return batch
 
     def _generate(self, batch: Sequence[Job], loop: asyncio.AbstractEventLoop) -> None:
-        def on_text(row: int, text: str) -> None:
+        def on_first_token(row: int) -> None:
             job = batch[row]
-            if job.first_token_at is None:
-                job.first_token_at = time.perf_counter()
-                self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
-            loop.call_soon_threadsafe(job.events.put_nowait, ("text", text))
+            job.first_token_at = time.perf_counter()
+            self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
+
+        def on_text(row: int, text: str) -> None:  # streaming rows only
+            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", text))
 
         self.metrics.observe_batch(len(batch))
+        rows = [job.row for job in batch]
         try:
-            results: list[RowResult] = generate_rows(self.served, [job.row for job in batch], on_text)
+            results: list[RowResult] = generate_rows(self.served, rows, on_text, on_first_token)
         except Exception as exc:  # noqa: BLE001 — every waiting client gets the failure, the server lives on
             for job in batch:
                 loop.call_soon_threadsafe(job.events.put_nowait, ("error", exc))
@@ -149,4 +183,9 @@ class DynamicBatcher:
             self.metrics.observe_tokens(job.model, result.completion_tokens)
             if result.finish_reason == "cancelled":
                 self.metrics.observe_cancelled(job.model, started=True)
-            loop.call_soon_threadsafe(job.events.put_nowait, ("done", result))
+        loop.call_soon_threadsafe(_deliver, batch, results)  # one wake-up of the loop per batch
+
+
+def _deliver(batch: Sequence[Job], results: Sequence[RowResult]) -> None:
+    for job, result in zip(batch, results, strict=True):
+        job.events.put_nowait(("done", result))

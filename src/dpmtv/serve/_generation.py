@@ -5,9 +5,12 @@ values where its mask is 1 and keeps its own activation elsewhere
 (:func:`dpmtv.hooks.blend_heads_per_row`), in the model's patch mode. Zero-shot rows have an
 all-zero mask. A batch without any vector runs with no hooks at all.
 
-Rows stop on their own ``max_new_tokens``, an end token, or when their client has gone (the
-row's ``cancelled`` event; a stopping criterion per row), and ``on_text`` receives each row's new
-text as soon as its token is decoded (for streaming). Generation ends when every row has stopped.
+The batch is encoded in one processor call (one call for 32 rows costs a quarter of 32 calls of
+one row each on the embedded model). Rows stop on their own ``max_new_tokens``, an end token, or
+when their client has gone (the row's ``cancelled`` event; a stopping criterion per row), and
+``on_text`` receives a streaming row's new text as soon as its token is decoded (rows that do
+not stream decode once, at the end).
+Generation ends when every row has stopped.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class RowRequest:
     vector: ServedVector | None  # None: zero-shot
     max_new_tokens: int
     cancelled: threading.Event  # set when the client disconnects: the row stops at its next token
+    stream: bool = False  # on_text receives this row's text as it decodes
 
 
 @dataclass(frozen=True)
@@ -43,21 +47,26 @@ class RowResult:
 
 
 OnText = Callable[[int, str], None]  # (row, new text)
+OnFirstToken = Callable[[int], None]  # (row)
 
 
 def generate_rows(
-    served: ServedModel, rows: Sequence[RowRequest], on_text: OnText | None = None
+    served: ServedModel,
+    rows: Sequence[RowRequest],
+    on_text: OnText | None = None,
+    on_first_token: OnFirstToken | None = None,
 ) -> list[RowResult]:
     adapter = served.loaded.adapter
     inputs = adapter.encode([zero_shot(row.example) for row in rows])
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     tracker = _RowTracker(
         adapter.tokenizer,
-        inputs["input_ids"].shape[1],
         [r.max_new_tokens for r in rows],
         [r.cancelled for r in rows],
         adapter.eos_token_ids,
+        [r.stream for r in rows],
         on_text,
+        on_first_token,
     )
     with _row_patches(served, rows):
         greedy_new_tokens(
@@ -99,18 +108,20 @@ class _RowTracker(StoppingCriteria):
     def __init__(
         self,
         tokenizer,
-        prompt_length: int,
         limits: list[int],
         cancelled: list[threading.Event],
         eos_ids: list[int],
+        streaming: list[bool],
         on_text: OnText | None,
+        on_first_token: OnFirstToken | None,
     ):
         self.tokenizer = tokenizer
-        self.prompt_length = prompt_length
         self.limits = limits
+        self.streaming = streaming
         self.cancelled = cancelled
         self.eos_ids = set(eos_ids)
         self.on_text = on_text
+        self.on_first_token = on_first_token
         self.tokens: list[list[int]] = [[] for _ in limits]
         self.finish_reasons: list[str] = ["length" for _ in limits]
         self.done = [False for _ in limits]
@@ -128,6 +139,8 @@ class _RowTracker(StoppingCriteria):
                 self.done[row], self.finish_reasons[row] = True, "stop"
                 continue
             self.tokens[row].append(token)
+            if len(self.tokens[row]) == 1 and self.on_first_token is not None:
+                self.on_first_token(row)
             self._stream(row)
             if len(self.tokens[row]) >= self.limits[row]:
                 self.done[row] = True
@@ -137,7 +150,7 @@ class _RowTracker(StoppingCriteria):
         return self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).strip()
 
     def _stream(self, row: int) -> None:
-        if self.on_text is None:
+        if self.on_text is None or not self.streaming[row]:
             return
         text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).lstrip()
         # Byte-level tokenizers can produce a partial character; wait until the text extends.

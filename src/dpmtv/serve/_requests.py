@@ -102,10 +102,13 @@ def plan_row(request: ChatRequest, served: ServedModel, settings: ServeSettings)
     return PlannedRow(question, images, vector, max_new_tokens)
 
 
-def row_request(planned: PlannedRow, *, min_side: int, cancelled: threading.Event) -> RowRequest:
+def row_request(
+    planned: PlannedRow, *, min_side: int, cancelled: threading.Event, stream: bool = False
+) -> RowRequest:
     """Decode the images (reduced to ``min_side``): the slow step, run off the event loop."""
     images = tuple(decode_image(image, min_side=min_side) for image in planned.images)
-    return RowRequest(Example(images, planned.question), planned.vector, planned.max_new_tokens, cancelled)
+    example = Example(images, planned.question)
+    return RowRequest(example, planned.vector, planned.max_new_tokens, cancelled, stream=stream)
 
 
 def _served_vector(name: str, served: ServedModel):

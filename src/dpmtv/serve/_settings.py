@@ -26,7 +26,8 @@ class ServeSettings:
     default_max_tokens: int = 16  # when a request does not say
     max_queue: int = 256  # requests waiting for a batch; one more gets 429
     max_batch_size: int = 32  # 1 turns dynamic batching off
-    batch_window_ms: float = 5.0  # how long the first waiting request waits for company
+    batch_window_ms: float = 5.0  # how long a request that finds the server idle waits for company
+    prepare_workers: int = 2  # threads that parse, decode and encode requests off the event loop
     # PEM public keys: when given, every served vector must be signed by one of them
     trusted_keys: tuple[Path, ...] = ()
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS  # Host names accepted without an API key; "*": any
@@ -46,6 +47,7 @@ class ServeSettings:
             "max_queue",
             "max_batch_size",
             "max_connections",
+            "prepare_workers",
         ):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be at least 1, got {getattr(self, name)}")
