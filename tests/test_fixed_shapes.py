@@ -189,6 +189,7 @@ def test_fixed_shapes_need_a_family_that_allows_them_and_a_dummy_that_fits(embed
     loaded, words = embedded
     budget = _budget(loaded, words)
     assert resolve_private_batch_size(loaded.adapter, _settings(budget, rows=None)) == 16  # default
+    assert resolve_private_batch_size(loaded.adapter, _settings(1000, rows=None)) == 8  # <= 8192 tokens
     assert resolve_private_batch_size(loaded.adapter, _settings(budget, rows=1)) == 1
     no_budget = dataclasses.replace(_settings(budget, rows=None), max_prompt_tokens=None)
     assert resolve_private_batch_size(loaded.adapter, no_budget) == 1  # padding to the position limit
@@ -196,3 +197,36 @@ def test_fixed_shapes_need_a_family_that_allows_them_and_a_dummy_that_fits(embed
     assert fixed_shape_of(loaded.adapter, _settings(8, rows=4)) is None
     qwen = load_model(build_tiny_checkpoint("qwen2_vl", tmp_path / "qwen"), device=TEST_DEVICE)
     assert resolve_private_batch_size(qwen.adapter, _settings(4096, rows=4)) == 1  # sizes images by content
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("source", ["embedded", "tiny-llava"])
+def test_other_chunks_vote_scores_in_a_fixed_shape_pass_are_bitwise_unchanged(source, dtype, tiny_llava_path):
+    """Private selection's votes: the capture pass is shared at fixed shapes, the backward pass is
+    each chunk's own; other chunks' head scores stay bitwise the same."""
+    from dpmtv.selection.private import chunk_head_scores
+
+    path, words = ("embedded", ["red", "green", "blue", "yellow"])
+    if source == "tiny-llava":
+        path, words = str(tiny_llava_path), ["thing", "other", "cat"]
+    loaded = load_model(path, dtype=dtype, device=TEST_DEVICE)
+    budget = _budget(loaded, words)
+
+    def scores(records):
+        chunks = [records[c * SHOTS : (c + 1) * SHOTS] for c in range(NUM_CHUNKS)]
+        found = chunk_head_scores(
+            loaded, chunks, max_prompt_tokens=budget, progress=False, prepare_workers=0,
+            private_batch_size=ROWS, shots_per_chunk=SHOTS,
+        )  # fmt: skip
+        return [s.numpy() for s in found]
+
+    passes = _PassSizes(loaded.model)
+    try:
+        before = scores(_records(words))
+        assert ROWS in passes.sizes  # the capture pass was shared
+        after = scores(_records(words, lengthen=True, replace=True))
+    finally:
+        passes.close()
+    assert not np.array_equal(before[CHANGED_CHUNK], after[CHANGED_CHUNK])
+    for chunk in UNCHANGED:
+        np.testing.assert_array_equal(after[chunk], before[chunk], err_msg=f"chunk {chunk}")

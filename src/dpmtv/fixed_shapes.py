@@ -44,6 +44,7 @@ from dpmtv.prompts import Example, Prompt, blank_image
 
 __all__ = [
     "DEFAULT_PRIVATE_BATCH_SIZE",
+    "DEFAULT_TOKENS_PER_PASS",
     "ONE_CHUNK_PER_PASS",
     "EncodeFixed",
     "FixedShape",
@@ -54,7 +55,8 @@ __all__ = [
     "rows_by_slot",
 ]
 
-DEFAULT_PRIVATE_BATCH_SIZE = 16  # rows of a pass when the family allows it and a budget is given
+DEFAULT_PRIVATE_BATCH_SIZE = 16  # rows of a pass when the family allows it and a budget is given,
+DEFAULT_TOKENS_PER_PASS = 8192  # and at most this many padded tokens per pass (a long budget: fewer)
 ONE_CHUNK_PER_PASS = "one chunk per forward pass"
 
 Inputs = dict[str, torch.Tensor]

@@ -174,9 +174,9 @@ def private_batch_size_option(function):
         "--private-batch-size",
         type=click.IntRange(min=1),
         help="Chunk prompts per private forward pass, each padded to --max-prompt-tokens, dummy rows "
-        "in empty slots: fixed public shapes, so no chunk's values depend on another's (default: 16 "
-        "with --max-prompt-tokens where the model family allows it, else 1 = one chunk per pass; "
-        "recorded in the artifact).",
+        "in empty slots: fixed public shapes, so no chunk's values depend on another's (default: "
+        "min(16, 8192 // budget) with --max-prompt-tokens where the model family allows it, else 1 = "
+        "one chunk per pass; recorded in the artifact).",
     )(function)
 
 

@@ -307,6 +307,7 @@ def _select_privately(
         progress=settings.progress,
         executor=executor,
         prepare_workers=settings.prepare_workers,
+        private_batch_size=settings.private_batch_size or 1,
     )
 
 
