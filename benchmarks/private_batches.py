@@ -12,8 +12,10 @@ public budget: the longest chunk prompt plus a few tokens (reported). Models:
   512 is the published tile).
 
 The variants alternate (ABAB...) ``--repeats`` times after one warm-up each; chunks/s is the
-median, and the ratio is fixed shapes over one chunk per pass. Also recorded: whether the two
-variants' clipped rows agree to float rounding (they differ only by padding and batch shape).
+median, and the ratio is fixed shapes over one chunk per pass, in wall time and in the process's
+CPU time (all its threads: on a shared machine the CPU-time ratio is the steadier one). Also
+recorded: how far the two variants' clipped rows are apart (float rounding: they differ only by
+padding and batch shape).
 Usage:
     python benchmarks/private_batches.py [--out benchmarks/results/private_batches.json]
 """
@@ -66,19 +68,19 @@ def _load(model: str, folder: Path, px: int, dtype: str, device: str):
     return load_model(BUILDERS[model](folder / model, image_px=px), dtype=dtype, device=device)
 
 
-def _run(loaded, records, partition, settings) -> tuple[float, list[np.ndarray]]:
+def _run(loaded, records, partition, settings) -> tuple[tuple[float, float], list[np.ndarray]]:
     heads = parse_head_spec("all", loaded.adapter.geometry)
     width = len(heads.heads_in(heads.layers[0])) * loaded.adapter.geometry.head_dim
     reference = {layer: np.zeros(width) for layer in heads.layers}
     clip = parse_l2_clip_norms([1e6], heads.layers)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     rows = [
         np.concatenate([c[layer] for layer in heads.layers], axis=1)
         for c in iter_clipped_chunks(loaded, records, partition, heads, settings, reference, clip)
     ]
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return time.perf_counter() - start, rows
+    return (time.perf_counter() - start, time.process_time() - cpu), rows
 
 
 def measure(model: str, args, folder: Path) -> dict:
@@ -108,15 +110,20 @@ def measure(model: str, args, folder: Path) -> dict:
 
     variants = {"one-chunk-per-pass": settings(1), f"fixed-shape-{args.rows}x{budget}": settings(args.rows)}
     assert resolve_private_batch_size(loaded.adapter, settings(args.rows)) == args.rows
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}  # (wall, cpu)
     outputs = {name: _run(loaded, records, partition, s)[1] for name, s in variants.items()}  # warm-up
-    for _ in range(args.repeats):
+    for _ in range(args.repeats if model == "embedded" else args.smolvlm_repeats):
         for name, s in variants.items():
             seconds[name].append(_run(loaded, records, partition, s)[0])
-        print(model, {name: round(v[-1], 2) for name, v in seconds.items()}, flush=True)
+        print(model, {name: v[-1] for name, v in seconds.items()}, flush=True)
     one, fixed = (np.concatenate(rows) for rows in outputs.values())
     results = {
-        name: {"chunks_per_s_median": chunks / statistics.median(v), "seconds": [round(x, 3) for x in v]}
+        name: {
+            "chunks_per_s_median": chunks / statistics.median(wall for wall, _ in v),
+            "chunks_per_cpu_s_median": chunks / statistics.median(cpu for _, cpu in v),
+            "wall_seconds": [round(wall, 3) for wall, _ in v],
+            "cpu_seconds": [round(cpu, 3) for _, cpu in v],
+        }
         for name, v in seconds.items()
     }
     names = list(variants)
@@ -129,6 +136,8 @@ def measure(model: str, args, folder: Path) -> dict:
         "variants": results,
         "throughput_fixed_over_one_chunk": results[names[1]]["chunks_per_s_median"]
         / results[names[0]]["chunks_per_s_median"],
+        "cpu_throughput_fixed_over_one_chunk": results[names[1]]["chunks_per_cpu_s_median"]
+        / results[names[0]]["chunks_per_cpu_s_median"],
         "rows_max_abs_difference": float(np.abs(one - fixed).max()),
         "rows_max_abs": float(np.abs(one).max()),
     }
@@ -148,8 +157,10 @@ def main() -> None:
     parser.add_argument("--smolvlm-px", type=int, default=128)
     parser.add_argument("--budget-margin", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smolvlm-repeats", type=int, default=2)
     args = parser.parse_args()
     torch.manual_seed(0)
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         models = {model: measure(model, args, Path(tmp)) for model in args.models.split(",")}
     report = {
@@ -157,13 +168,14 @@ def main() -> None:
         "rows": args.rows,
         "device": args.device,
         "dtype": args.dtype,
-        "repeats": args.repeats,
+        "repeats": {"embedded": args.repeats, "smolvlm-256m": args.smolvlm_repeats},
         "command": " ".join(["python", *sys.argv]),
         "machine": {
             "python": platform.python_version(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "cpus": os.cpu_count(),
+            "load_average_1min_at_start": load_at_start,
             "load_average_1min_at_end": os.getloadavg()[0],
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         },
