@@ -119,8 +119,8 @@ def _poisoned_forward(monkeypatch, loaded):
     def forward(self, *args, **kwargs):
         ids, pixels = kwargs.get("input_ids"), kwargs.get("pixel_values")
         if ids is not None and pixels is not None:
-            per_row = pixels.shape[0] // ids.shape[0]  # (rows * images per row, 3, H, W)
-            scale = torch.ones(pixels.shape[0], 1, 1, 1, dtype=pixels.dtype)
+            per_row = pixels.shape[0] // ids.shape[0]  # (rows * images (or patches) per row, ...)
+            scale = torch.ones(pixels.shape[0], *[1] * (pixels.dim() - 1), dtype=pixels.dtype)
             for row in range(ids.shape[0]):
                 if POISON in tokenizer.decode(ids[row]):
                     scale[row * per_row : (row + 1) * per_row] = float("nan")

@@ -230,3 +230,60 @@ def test_other_chunks_vote_scores_in_a_fixed_shape_pass_are_bitwise_unchanged(so
     assert not np.array_equal(before[CHANGED_CHUNK], after[CHANGED_CHUNK])
     for chunk in UNCHANGED:
         np.testing.assert_array_equal(after[chunk], before[chunk], err_msg=f"chunk {chunk}")
+
+
+def _rows_of(values: list[list[int]]) -> list[dict[str, torch.Tensor]]:
+    return [
+        {"input_ids": torch.tensor([v]), "attention_mask": torch.ones(1, len(v), dtype=torch.long)}
+        for v in values
+    ]
+
+
+def test_a_pass_that_raises_is_rerun_per_chunk_among_dummies():
+    """Rule 4 (the scheduling alone, with a plain function as the forward pass): only the chunk
+    whose own pass raises is dropped; the others get their rows; a chunk of another shape runs
+    alone; dummy rows come back for no chunk."""
+    from dpmtv.fixed_shapes import rows_by_slot
+
+    passes: list[list[list[int]]] = []
+
+    def forward(inputs):
+        ids = inputs["input_ids"]
+        passes.append(ids.tolist())
+        if (ids == 99).any():
+            raise ValueError("this chunk's records break the model")
+        return {0: ids.double().numpy() * 2}
+
+    dummy = _rows_of([[0, 0]])[0]
+    inputs = _rows_of([[1, 2], [99, 3], [4, 5, 6], [7, 8]])
+    got = list(rows_by_slot(forward, [*inputs, None], [0, 1, 2, 5, 6], rows=4, dummy=dummy))
+    assert got[1] is None and got[4] is None  # raised alone; dropped before (None inputs)
+    np.testing.assert_array_equal(got[0][0], [[2, 4]])
+    np.testing.assert_array_equal(got[2][0], [[8, 10, 12]])  # another shape: its own pass
+    np.testing.assert_array_equal(got[3][0], [[14, 16]])  # slot 5: row 1 of the second pass
+    assert passes[0] == [[4, 5, 6]]  # the odd shape first, alone
+    assert passes[1] == [[1, 2], [99, 3], [0, 0], [0, 0]]  # the shared pass raised ...
+    assert passes[2:4] == [[[1, 2], [0, 0], [0, 0], [0, 0]], [[0, 0], [99, 3], [0, 0], [0, 0]]]
+    assert passes[4] == [[0, 0], [7, 8], [0, 0], [0, 0]]  # ... each chunk again among dummies
+
+
+def test_a_missing_deterministic_kernel_stops_the_pass_with_what_to_do():
+    from dpmtv.errors import ParameterError
+    from dpmtv.fixed_shapes import rows_by_slot
+
+    def forward(inputs):
+        raise RuntimeError("index_add_cuda_ does not have a deterministic implementation")
+
+    dummy = _rows_of([[0, 0]])[0]
+    with pytest.raises(ParameterError, match="--private-batch-size 1"):
+        list(rows_by_slot(forward, _rows_of([[1, 2]]), [0], rows=2, dummy=dummy))
+    with pytest.raises(ParameterError, match="slots must increase"):
+        list(
+            rows_by_slot(
+                lambda x: {0: x["input_ids"].double()},
+                _rows_of([[1, 2], [3, 4]]),
+                [1, 1],
+                rows=2,
+                dummy=dummy,
+            )
+        )

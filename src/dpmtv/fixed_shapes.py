@@ -143,7 +143,8 @@ def _one_pass(
     out: dict[int, Rows | None] = {row: None for row in pending}
     for row, row_inputs in pending.items():  # rule 3: other shapes get a pass of their own
         if row_inputs is not None and row not in batched:
-            out[row] = finite_or_none(chunk_or_none(forward, row_inputs))
+            alone = _guarded(forward, row_inputs)
+            out[row] = None if alone is None else _row(alone, 0)
     if batched:
         values = _guarded(forward, _filled(batched, rows, dummy))
         if values is None:  # rule 4: each chunk again, alone among dummies
