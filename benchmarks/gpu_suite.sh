@@ -32,6 +32,10 @@ from pathlib import Path; write_photo_records(Path('$WORK'), 16, px=64)"
     --l2-clip-norm 1 --shots-per-chunk 4 --out "$WORK/v.safetensors" --quiet
 "$PY" benchmarks/bench_startup.py --src after="$PWD/src" --artifact "$WORK/v.safetensors" \
     --out benchmarks/results/startup_gpu.json
-# the bitwise chunk-independence and prepare-worker tests on the device
+# private pass throughput, fixed public shapes over one chunk per pass (deterministic CUDA kernels)
+"$PY" benchmarks/private_batches.py --device cuda --dtype bfloat16 --smolvlm-px 512 --smolvlm-chunks 32 \
+    --smolvlm-shots 8 --chunks 128 --repeats 3 --out benchmarks/results/private_batches_gpu.json
+# the bitwise chunk-independence tests (one chunk per pass and fixed shapes) and the prepare-worker
+# tests on the device
 DPMTV_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:randomly tests/test_chunk_independence.py \
-    tests/test_prepare_workers.py tests/test_prefetch.py
+    tests/test_fixed_shapes.py tests/test_prepare_workers.py tests/test_prefetch.py

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.plan import plan_layout
+from dpmtv.pipeline.private_batching import resolve_private_batch_size
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.selection.private import chunk_head_scores
 from dpmtv.testing import build_tiny_checkpoint
@@ -109,14 +111,20 @@ def test_an_image_the_processor_refuses_is_refused_before_the_charge(tiny_qwen, 
 
 
 def _poisoned_forward(monkeypatch, loaded):
-    """Patch the model class's forward: a prompt whose text holds POISON gets NaN image features."""
+    """Patch the model class's forward: a prompt whose text holds POISON gets NaN image features —
+    that row's images only, when a fixed-shape pass holds several rows (the same image count each)."""
     model_class = type(loaded.model)
     original, tokenizer = model_class.forward, loaded.adapter.tokenizer
 
     def forward(self, *args, **kwargs):
-        ids = kwargs.get("input_ids")
-        if ids is not None and kwargs.get("pixel_values") is not None and POISON in tokenizer.decode(ids[0]):
-            kwargs["pixel_values"] = kwargs["pixel_values"] * float("nan")
+        ids, pixels = kwargs.get("input_ids"), kwargs.get("pixel_values")
+        if ids is not None and pixels is not None:
+            per_row = pixels.shape[0] // ids.shape[0]  # (rows * images (or patches) per row, ...)
+            scale = torch.ones(pixels.shape[0], *[1] * (pixels.dim() - 1), dtype=pixels.dtype)
+            for row in range(ids.shape[0]):
+                if POISON in tokenizer.decode(ids[row]):
+                    scale[row * per_row : (row + 1) * per_row] = float("nan")
+            kwargs["pixel_values"] = pixels * scale
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(model_class, "forward", forward)
@@ -140,7 +148,8 @@ def test_a_chunk_whose_forward_pass_gives_nan_contributes_zero_and_casts_no_vote
     hit = next(j for j, chunk in enumerate(chunks) if 5 in chunk[: settings.shots_per_chunk])
     assert np.all(rows[hit] == 0) and np.any(clean[hit] != 0)
     others = [j for j in range(len(chunks)) if j != hit]
-    np.testing.assert_array_equal(rows[others], clean[others])  # one chunk per pass: bitwise
+    assert resolve_private_batch_size(tiny_llava.adapter, settings) > 1  # a shared fixed-shape pass
+    np.testing.assert_array_equal(rows[others], clean[others])  # bitwise
     chunk_records = [[poisoned[int(i)] for i in chunk[:4]] for chunk in chunks]
     scores = list(chunk_head_scores(tiny_llava, chunk_records, progress=False))
     assert scores[hit] is None and all(scores[j] is not None for j in others)

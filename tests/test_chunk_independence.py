@@ -189,5 +189,13 @@ def test_the_prompt_budget_is_a_public_setting_recorded_in_the_artifact(
         prompt = load_task_vector(out).metadata.prompt
         assert prompt["max_prompt_tokens"] == expected
         assert prompt["over_length_rule"] == "keep-leading-demonstrations"
-        assert f"{expected} tokens" in runner.invoke(main, ["inspect", str(out)]).output
+        # the private passes: fixed public shapes need a budget (LLaVA allows them), else one per pass
+        rows = 8192 // 900 if extra else 1  # at most 8192 padded tokens per pass
+        assert prompt["private_batch_size"] == rows
+        forward = (
+            "one chunk per forward pass" if rows == 1 else f"fixed public shapes: {rows} rows of {expected}"
+        )
+        assert prompt["private_forward"].startswith(forward)
+        shown = runner.invoke(main, ["inspect", str(out)], env={"COLUMNS": "400"}).output
+        assert f"{expected} tokens" in shown and forward in shown
     assert "--max-prompt-tokens" in runner.invoke(main, ["build", "--help"]).output

@@ -58,8 +58,12 @@ def test_default_workers_follow_the_device_and_the_cores(monkeypatch):
     assert default_prepare_workers("cuda:0") == 1 and default_prepare_workers("cpu") == 0
 
 
+@pytest.mark.parametrize("fixed_shape", [False, True])
 @pytest.mark.parametrize("model", ["tiny_llava", "embedded"])
-def test_extraction_with_workers_is_bitwise_the_sequential_one(model, tiny_llava, tmp_path):
+def test_extraction_with_workers_is_bitwise_the_sequential_one(model, fixed_shape, tiny_llava, tmp_path):
+    """Also at fixed public shapes (4 rows of 256 tokens): each worker pads its chunk alone."""
+    from dpmtv.fixed_shapes import FixedShape, dummy_prompt
+
     if model == "embedded":
         from dpmtv.models.loading import load_model
 
@@ -71,10 +75,14 @@ def test_extraction_with_workers_is_bitwise_the_sequential_one(model, tiny_llava
     prompts = ChunkPrompts(records, partition, shots_per_chunk=3, query="record", query_question="")
     heads = parse_head_spec("all", loaded.adapter.geometry)
 
+    budget = 256 if fixed_shape else 4096
+    shape = FixedShape(4, budget, dummy_prompt(2)) if fixed_shape else None
+
     def run(workers, depth):
         extract = extract_each_chunk(
-            loaded.adapter, prompts, heads, max_prompt_tokens=4096, prepare_workers=workers, prefetch=depth
-        )
+            loaded.adapter, prompts, heads, max_prompt_tokens=budget, prepare_workers=workers, prefetch=depth,
+            fixed_shape=shape, slots=prompts.chunk_ids,
+        )  # fmt: skip
         return list(extract)
 
     sequential, in_workers = run(0, 0), run(2, 2)

@@ -4,11 +4,12 @@ Two ways, for two kinds of data:
 
 - :func:`extract_selected_heads` / :func:`mean_selected_heads`: batched, left-padded to the
   longest prompt of the batch — for PUBLIC prompts only (references, public selection);
-- :func:`extract_each_chunk`: one forward pass per prompt, cut to a public token budget — for
-  PRIVATE chunks. Batching makes a row's numerics depend on the other rows (their lengths set
-  the padding, and the kernels chosen for the batch's shape), so a neighbouring dataset would
-  move other chunks' values; a batch of one is a function of that chunk alone
-  (``docs/design.md``, "Fixed-shape private forward passes").
+- :func:`extract_each_chunk`: PRIVATE chunks, cut to a public token budget, either one forward
+  pass per prompt or several in a pass of fixed public shapes (:mod:`dpmtv.fixed_shapes`).
+  Batching to the longest prompt makes a row's numerics depend on the other rows (their lengths
+  set the padding, and the kernels chosen for the batch's shape), so a neighbouring dataset would
+  move other chunks' values; a batch of one, or a row of a pass whose shapes are all public, is a
+  function of that chunk alone (``docs/design.md`` §10).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dpmtv._prefetch import DEFAULT_PREFETCH, PipelineTimings
 from dpmtv._prepare import prepared, resolve_prepare_workers
 from dpmtv.errors import ParameterError
 from dpmtv.failed_chunks import chunk_or_none, finite_or_none
+from dpmtv.fixed_shapes import EncodeFixed, FixedShape, deterministic_kernels, dummy_inputs, rows_by_slot
 from dpmtv.heads import HeadSet
 from dpmtv.hooks import capture_last_token
 from dpmtv.models.base import ModelAdapter
@@ -59,17 +61,28 @@ def extract_each_chunk(
     prepare_workers: int | None = None,
     prefetch: int = DEFAULT_PREFETCH,
     timings: PipelineTimings | None = None,
+    fixed_shape: FixedShape | None = None,
+    slots: Sequence[int] | None = None,
 ) -> Iterator[dict[int, np.ndarray] | None]:
-    """Per private chunk prompt, its own forward pass: ``{layer: (1, k_l*d)}``, or None when the
+    """Per private chunk prompt, its selected heads ``{layer: (1, k_l*d)}``, or None when the
     public rule of :mod:`dpmtv.prompt_budget` drops it (its query alone exceeds the budget) or
     the failed-chunk rule of :mod:`dpmtv.failed_chunks` applies (rendering, encoding or the pass
     raised, or gave NaN/inf): the chunk then contributes nothing.
 
+    Without ``fixed_shape`` each prompt has its own forward pass; with it (``tokens`` must be
+    ``max_prompt_tokens``), ``fixed_shape.rows`` prompts share a pass of fixed public shapes,
+    prompt ``i`` in the row its chunk id ``slots[i]`` assigns (:mod:`dpmtv.fixed_shapes`).
+
     The prompts are rendered (images decoded) and encoded ahead of the forward pass, in
     ``prepare_workers`` processes (None: the device's default; 0: one background thread;
-    :mod:`dpmtv._prepare`), up to
-    ``prefetch`` per worker; each is still encoded alone, on the CPU, and gets its own forward
-    pass. ``timings`` collects how long the forward pass waited for its inputs."""
+    :mod:`dpmtv._prepare`), up to ``prefetch`` per worker; each is still encoded alone, on the
+    CPU. ``timings`` collects how long the forward pass waited for its inputs."""
+    if fixed_shape is not None:
+        yield from _extract_fixed_shape(
+            adapter, prompts, heads, fixed_shape, slots=slots, workers=prepare_workers, depth=prefetch,
+            timings=timings,
+        )  # fmt: skip
+        return
     device = adapter.input_device
     for inputs in prepared_inputs(
         adapter, prompts, max_prompt_tokens=max_prompt_tokens, workers=prepare_workers, depth=prefetch,
@@ -79,6 +92,35 @@ def extract_each_chunk(
             yield None
         else:
             yield finite_or_none(chunk_or_none(selected_heads_of, adapter, to_device(inputs, device), heads))
+
+
+def _extract_fixed_shape(
+    adapter: ModelAdapter,
+    prompts: Sequence[Prompt],
+    heads: HeadSet,
+    shape: FixedShape,
+    *,
+    slots: Sequence[int] | None,
+    workers: int | None,
+    depth: int,
+    timings: PipelineTimings | None,
+) -> Iterator[dict[int, np.ndarray] | None]:
+    dummy = dummy_inputs(adapter, shape)
+    if dummy is None:  # resolved before the build (dpmtv.pipeline.private_batching): a caller's bug
+        raise ParameterError(f"the dummy row does not fit {shape.tokens} tokens; use one chunk per pass")
+    device = adapter.input_device
+
+    def forward(inputs: dict[str, torch.Tensor]) -> dict[int, np.ndarray]:
+        with deterministic_kernels(device):
+            return selected_heads_of(adapter, to_device(inputs, device), heads)
+
+    workers = resolve_prepare_workers(adapter, workers) if adapter.prepares_in_workers else 0
+    encode = EncodeFixed(adapter.without_model() if workers else adapter, prompts, shape.tokens)
+    # no pinned memory: the rows are concatenated into a pass (a new tensor) before the copy
+    encoded = prepared(encode, len(prompts), workers=workers, depth=depth, timings=timings)
+    yield from rows_by_slot(
+        forward, encoded, range(len(prompts)) if slots is None else slots, rows=shape.rows, dummy=dummy
+    )
 
 
 def prepared_inputs(

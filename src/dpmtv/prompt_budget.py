@@ -90,3 +90,18 @@ def encode_one_within(
         return inputs
     fitted = fit_prompt(adapter, prompt, max_prompt_tokens=max_prompt_tokens)
     return None if fitted is None else adapter.encode([fitted])
+
+
+def encode_padded_within(
+    adapter: ModelAdapter, prompt: Prompt, *, max_prompt_tokens: int
+) -> dict[str, torch.Tensor] | None:
+    """Batch-of-one model inputs of ``prompt`` cut by the public rule and left-padded to exactly
+    ``max_prompt_tokens`` tokens, or None (dropped): the fixed public shape of a private pass.
+
+    The same rule as :func:`encode_one_within` (the cut depends on the prompt's own length only);
+    the padding only fills the budget, so the shape is the budget's, never the prompt's."""
+    inputs = adapter.encode([prompt], pad_to=max_prompt_tokens)
+    if inputs["input_ids"].shape[1] <= max_prompt_tokens:
+        return inputs
+    fitted = fit_prompt(adapter, prompt, max_prompt_tokens=max_prompt_tokens)
+    return None if fitted is None else adapter.encode([fitted], pad_to=max_prompt_tokens)

@@ -79,7 +79,7 @@ def test_distributed_sum_equals_the_local_sum(ray_cluster, tiny_llava, tiny_llav
     expected_sum = summed_values(in_batch_order, partition.num_chunks)
     got = summed_values(distributed, partition.num_chunks)
     assert_close_relative(got, summed_values(local, partition.num_chunks), rel=FLOAT32_REL)
-    # fixed per-chunk shapes (one chunk per forward pass), one thread, the same summation order:
+    # each chunk placed by its id in the same fixed-shape passes, one thread, the same summation order:
     # bitwise
     np.testing.assert_array_equal(got, expected_sum)
 

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from dpmtv.cli._common import clip_norms_or_auto, model_options, prepare_workers_option
+from dpmtv.cli._common import (
+    clip_norms_or_auto,
+    model_options,
+    prepare_workers_option,
+    private_batch_size_option,
+)
 from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
 from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
@@ -201,8 +206,9 @@ _OPTIONS = [
         type=int,
         default=4,
         show_default=True,
-        help="Batch size of PUBLIC prompts (centering reference, public selection). Private chunks always "
-        "run one per forward pass, so no chunk's numerics depend on another's.",
+        help="Batch size of PUBLIC prompts (centering reference, public selection). Private chunks run "
+        "at fixed public shapes or one per pass (--private-batch-size), so no chunk's numerics depend "
+        "on another's.",
     ),
     click.option(
         "--max-prompt-tokens",
@@ -234,6 +240,7 @@ _OPTIONS = [
     ),
     ray_options("sums of clipped vectors (with --heads-from private, also votes); noise is added once, here"),
     prepare_workers_option,
+    private_batch_size_option,
     click.option("--quiet", is_flag=True, help="No progress bar."),
     click.option(
         "--sign-key",

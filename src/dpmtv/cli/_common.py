@@ -168,6 +168,18 @@ def prepare_workers_option(function):
     )(function)
 
 
+def private_batch_size_option(function):
+    """``--private-batch-size N``: chunks per private forward pass (BuildSettings.private_batch_size)."""
+    return click.option(
+        "--private-batch-size",
+        type=click.IntRange(min=1),
+        help="Chunk prompts per private forward pass, each padded to --max-prompt-tokens, dummy rows "
+        "in empty slots: fixed public shapes, so no chunk's values depend on another's (default: "
+        "min(16, 8192 // budget) with --max-prompt-tokens where the model family allows it, else 1 = "
+        "one chunk per pass; recorded in the artifact).",
+    )(function)
+
+
 def build_settings(options: Mapping[str, Any], **fields: Any):
     """The :class:`~dpmtv.pipeline.settings.BuildSettings` of a command: every parsed option named like a
     settings field (``--epsilon``, ``--shots-per-chunk``, ...), ``progress`` from ``--quiet``,
@@ -333,4 +345,5 @@ def _prompt_budget(prompt: dict) -> str:
         if prompt.get("failed_chunk_rule")
         else "failed-chunk rule not recorded (older build: a failing chunk aborted it)"
     )
-    return f"{prompt['max_prompt_tokens']} tokens, {rule}; one chunk per forward pass; {failed}"
+    forward = prompt.get("private_forward", "one chunk per forward pass")
+    return f"{prompt['max_prompt_tokens']} tokens, {rule}; {forward}; {failed}"

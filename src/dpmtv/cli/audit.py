@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from dpmtv.cli._common import build_settings, console, err_console, float_list, prepare_workers_option
+from dpmtv.cli._common import (
+    build_settings,
+    console,
+    err_console,
+    float_list,
+    prepare_workers_option,
+    private_batch_size_option,
+)
 from dpmtv.cli._ray import check_ray_installed, ray_executor, ray_options
 from dpmtv.errors import ParameterError
 
@@ -100,6 +107,7 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     help="Model mode: simulated audits per σ fraction when reporting the canary's power at 10⁴ trials.",
 )
 @prepare_workers_option
+@private_batch_size_option
 @ray_options("each chunk's clipped vector (--sensitivity only)")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(**options):

@@ -149,6 +149,7 @@ def _settings(options, **derived) -> BuildSettings:
         progress=not options["quiet"],
         max_prompt_tokens=options["max_prompt_tokens"],
         prepare_workers=options["prepare_workers"],
+        private_batch_size=options["private_batch_size"],
         **derived,
     )
 

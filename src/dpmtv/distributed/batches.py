@@ -20,6 +20,7 @@ import numpy as np
 from dpmtv.data.records import Record
 from dpmtv.errors import DistributedError, ParameterError
 from dpmtv.privacy import Partition
+from dpmtv.privacy.partition import SparseChunks
 
 __all__ = ["BatchResult", "ChunkBatch", "check_coverage", "chunks_as_partition", "split_batches"]
 
@@ -34,8 +35,12 @@ class ChunkBatch:
     chunks: tuple[tuple[Record, ...], ...]  # one record tuple per chunk id
 
     def as_partition(self) -> tuple[list[Record], Partition]:
-        """The batch as the build's extraction takes it: a record list and a partition of it."""
-        return chunks_as_partition(self.chunks)
+        """The batch as the build's extraction takes it: a record list and a partition of it in
+        which each chunk keeps its id (a fixed-shape private pass places a chunk by its id)."""
+        records, dense = chunks_as_partition(self.chunks)
+        placed = dict(zip(self.chunk_ids, dense.chunks, strict=True))
+        size = max(self.chunk_ids, default=-1) + 1
+        return records, Partition(chunks=SparseChunks(placed, num_chunks=size), num_unused=0)
 
 
 def chunks_as_partition(chunks: Sequence[Sequence[Record]]) -> tuple[list[Record], Partition]:

@@ -44,6 +44,10 @@ class ModelAdapter:
     o_proj_path: ClassVar[str] = "self_attn.o_proj"  # dotted path inside one decoder layer
     # Whether encoding needs only the processor, so prepare workers may run it (dpmtv._prepare).
     prepares_in_workers: ClassVar[bool] = True
+    # Whether private chunks may share a forward pass at fixed public shapes (dpmtv.fixed_shapes):
+    # a chunk's every input tensor must then take its shape from the public token budget and
+    # image count alone. Off unless the family's bitwise test shows it (tests/test_fixed_shapes.py).
+    fixed_shape_batches: bool = False
 
     def __init__(self, model: nn.Module, processor: Any):
         self.model = model
@@ -152,16 +156,27 @@ class ModelAdapter:
         """Images in the layout the family's processor expects (default: one list per prompt)."""
         return [prompt.all_images() for prompt in prompts]
 
-    def encode(self, prompts: Sequence[Prompt]) -> dict[str, torch.Tensor]:
-        """Left-padded batch of model inputs, so position -1 is every row's real last token."""
+    def encode(self, prompts: Sequence[Prompt], *, pad_to: int | None = None) -> dict[str, torch.Tensor]:
+        """Left-padded batch of model inputs, so position -1 is every row's real last token:
+        padded to the longest prompt, or with ``pad_to`` to that many tokens (a longer prompt
+        keeps its length: the caller checks it)."""
         self._check_image_count(prompts)
         self.tokenizer.padding_side = "left"
         texts = [self.render_text(prompt) for prompt in prompts]
-        kwargs: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
+        padding: dict[str, Any] = (
+            {"padding": True} if pad_to is None else {"padding": "max_length", "max_length": pad_to}
+        )
+        kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", **padding}
         if any(prompt.all_images() for prompt in prompts):
             kwargs["images"] = self.processor_images(prompts)
         batch = self._run_processor(kwargs)
         return {key: value.to(self.input_device) for key, value in batch.items()}
+
+    def fixed_shape_prompt(self, prompt: Prompt) -> Prompt:
+        """``prompt`` as a fixed-shape private pass encodes it. Default: as it is, for families
+        whose processor already gives every image one shape and token count; families that
+        size images by their content resize them to a public size here."""
+        return prompt
 
     max_images_per_prompt: int | None = None  # families whose processor cannot interleave images
     single_image_reason = ""

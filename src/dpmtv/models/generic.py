@@ -107,6 +107,17 @@ SINGLE_IMAGE: dict[str, str] = {
 }
 
 
+# Families whose private chunks may share a fixed-shape forward pass (dpmtv.fixed_shapes), and why
+# a chunk's tensors then have public shapes: the image processor resizes every image to one size,
+# so each image is one tensor of one shape and one fixed run of image tokens, whatever its content.
+# Each is checked bitwise by tests/test_fixed_shapes.py; a family not listed keeps one chunk per pass.
+FIXED_SHAPE_FAMILIES: dict[str, str] = {
+    "llava": "the CLIP processor resizes and centre-crops every image to one size",
+    "gemma3": "the SigLIP processor resizes every image to one size (pan-and-scan off)",
+    "paligemma": "the SigLIP processor resizes every image to one size",
+}
+
+
 class GenericAdapter(ModelAdapter):
     """Adapter for any decoder VLM whose sites :mod:`discovery <dpmtv.models.generic>` finds.
 
@@ -125,6 +136,7 @@ class GenericAdapter(ModelAdapter):
         self.display_name = type(self).display_name or self.family
         if self.family in SINGLE_IMAGE:
             self.max_images_per_prompt, self.single_image_reason = 1, SINGLE_IMAGE[self.family]
+        self.fixed_shape_batches = type(self).fixed_shape_batches or self.family in FIXED_SHAPE_FAMILIES
         super().__init__(model, processor)
 
     @classmethod

@@ -49,6 +49,7 @@ from dpmtv.pipeline.plan import (
     selection_pool,
     weak_signal_notes,
 )
+from dpmtv.pipeline.private_batching import resolve_private_batch_size
 from dpmtv.pipeline.private_clip import ClipChoice, release_with_private_clip
 from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.public_inputs import ensure_checked
@@ -209,9 +210,12 @@ def _private_release(
 
 
 def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSettings:
-    """The settings with the prompt budget resolved (None: the model's position limit), once."""
+    """The settings with the prompt budget (None: the model's position limit) and the private
+    batch size (:mod:`dpmtv.pipeline.private_batching`, which reads whether a budget was given)
+    resolved, once."""
     budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
-    return replace(settings, max_prompt_tokens=budget)
+    rows = resolve_private_batch_size(loaded.adapter, settings)
+    return replace(settings, max_prompt_tokens=budget, private_batch_size=rows)
 
 
 class _ChargeOnce:
@@ -269,6 +273,7 @@ def _select_privately(
         progress=settings.progress,
         executor=executor,
         prepare_workers=settings.prepare_workers,
+        private_batch_size=settings.private_batch_size or 1,
     )
 
 

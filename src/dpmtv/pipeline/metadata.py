@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dpmtv._build_time import build_timestamp
 from dpmtv._version import __version__
 from dpmtv.failed_chunks import FAILED_CHUNK_RULE
+from dpmtv.fixed_shapes import describe_private_forward
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.pipeline.settings import BuildSettings, QueryKind
@@ -100,6 +101,7 @@ def sensitivity_clip_norms(
 
 def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
     """The prompt's public kinds; public file paths are not stored (they may name people)."""
+    rows = settings.private_batch_size or 1  # resolved by the build
     return {
         "query": settings.query.value,
         "query_question": settings.query_question if settings.query is not QueryKind.RECORD else None,
@@ -107,6 +109,8 @@ def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
         "format": "chat-template",
         "max_prompt_tokens": settings.max_prompt_tokens,  # public (resolved by the build)
         "over_length_rule": OVER_LENGTH_RULE,
-        "private_forward": "one chunk per forward pass",
+        # public: the family, --private-batch-size and the budget (dpmtv.pipeline.private_batching)
+        "private_forward": describe_private_forward(rows, settings.max_prompt_tokens or 0),
+        "private_batch_size": rows,
         "failed_chunk_rule": FAILED_CHUNK_RULE,
     }

@@ -125,7 +125,9 @@ class ChunkPrompts(Sequence[Prompt]):
         query_question: str,
     ):
         self._records = records
-        self._chunks = partition.nonempty_chunks()
+        items = partition.nonempty_items()
+        self._chunks = [chunk for _, chunk in items]
+        self.chunk_ids = [j for j, _ in items]  # public positions in the partition, increasing
         self._shots = shots_per_chunk
         self._query, self._question = query, query_question
 

@@ -145,8 +145,11 @@ class BuildSettings:
     head_selection: dict[str, Any] = field(default_factory=lambda: {"method": "user"})
     progress: bool = True
     # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
-    # follow dpmtv.prompt_budget.OVER_LENGTH_RULE. Private chunks are never batched together.
+    # follow dpmtv.prompt_budget.OVER_LENGTH_RULE.
     max_prompt_tokens: int | None = None
+    # Chunk prompts per private forward pass at fixed public shapes (dpmtv.fixed_shapes; None: 16
+    # where the family allows it and max_prompt_tokens is given, else 1 = one chunk per pass).
+    private_batch_size: int | None = None
     # Processes preparing chunk inputs for the private passes (None: from the cores and device,
     # dpmtv._prepare.default_prepare_workers; 0: one background thread). Changes no value.
     prepare_workers: int | None = None
@@ -229,6 +232,9 @@ def _check_counts(settings: BuildSettings) -> None:
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    rows = settings.private_batch_size
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise ParameterError(f"private_batch_size must be an integer >= 1, got {rows!r}")
     workers = settings.prepare_workers
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
         raise ParameterError(f"prepare_workers must be an integer >= 0, got {workers!r}")

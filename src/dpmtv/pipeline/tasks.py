@@ -9,9 +9,10 @@ records at a time, run by an executor in this process or on Ray workers:
   each chunk's centered, not yet clipped vector, kept in the driver's memory until the norms are
   chosen and the rows clipped and summed there.
 
-Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, one forward
-pass per chunk, centering, per-layer clipping), so distributed results are the local ones computed
-in pieces. (Private selection's votes are :class:`dpmtv.selection.private.HeadVotes`.)
+Both run the build's own extraction, :func:`iter_clipped_chunks` (prompt rendering, the private
+forward passes — one chunk per pass or fixed public shapes —, centering, per-layer clipping), so
+distributed results are the local ones computed in pieces. (Private selection's votes are
+:class:`dpmtv.selection.private.HeadVotes`.)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dpmtv.extract import extract_each_chunk
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.partition import ChunkPrompts
+from dpmtv.pipeline.private_batching import fixed_shape_of
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import ClippedSumAccumulator, Partition, clip_l2_per_layer
 from dpmtv.privacy.aggregate import max_clipped_sum_norm
@@ -70,10 +72,11 @@ def iter_centered_chunks(
     reference: dict[int, np.ndarray],
 ) -> Iterator[dict[int, np.ndarray]]:
     """Per non-empty chunk: the selected heads' last-token outputs, centered,
-    ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass, so a function of that
-    chunk alone (:func:`~dpmtv.extract.extract_each_chunk`); a chunk that the public prompt-length
-    rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`), yields zero rows (it
-    contributes nothing). These are private, un-noised per-chunk
+    ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass or its row, fixed by
+    its chunk id, of a pass of fixed public shapes, so a function of that chunk alone
+    (:func:`~dpmtv.extract.extract_each_chunk`, :mod:`dpmtv.fixed_shapes`); a chunk that the
+    public prompt-length rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`),
+    yields zero rows (it contributes nothing). These are private, un-noised per-chunk
     values: the build sums them away at once; experiments (audits, sweeps) may hold them in
     memory, never write them."""
     prompts = ChunkPrompts(
@@ -85,7 +88,13 @@ def iter_centered_chunks(
     )
     budget = resolve_max_prompt_tokens(loaded.adapter, settings.max_prompt_tokens)
     extract = extract_each_chunk(
-        loaded.adapter, prompts, heads, max_prompt_tokens=budget, prepare_workers=settings.prepare_workers
+        loaded.adapter,
+        prompts,
+        heads,
+        max_prompt_tokens=budget,
+        prepare_workers=settings.prepare_workers,
+        fixed_shape=fixed_shape_of(loaded.adapter, settings),
+        slots=prompts.chunk_ids,
     )
     with progress_bar("extracting chunks", len(prompts), enabled=settings.progress) as advance:
         for activations in extract:

@@ -40,9 +40,11 @@ import torch
 from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
+from dpmtv.errors import ParameterError
 from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import prepared_inputs, selected_heads_of, to_device
+from dpmtv.extract import extract_each_chunk
 from dpmtv.failed_chunks import chunk_or_none, finite_or_none
+from dpmtv.fixed_shapes import FixedShape, dummy_inputs, dummy_prompt
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
@@ -97,19 +99,23 @@ class HeadVotes:
     max_prompt_tokens: int | None
     shots_per_chunk: int
     prepare_workers: int | None = None  # processes preparing chunk inputs (dpmtv._prepare)
+    private_batch_size: int = 1  # resolved by the build (dpmtv.pipeline.private_batching)
     description: ClassVar[str] = "private head votes"
 
     def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
         geometry = loaded.adapter.geometry
         pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
         cut = self.shots_per_chunk
-        chunks = [[records[int(i)] for i in chunk[:cut]] for chunk in partition.nonempty_chunks()]
+        items = partition.nonempty_items()
         scores = chunk_head_scores(
             loaded,
-            chunks,
+            [[records[int(i)] for i in chunk[:cut]] for _, chunk in items],
             max_prompt_tokens=self.max_prompt_tokens,
             progress=progress,
             prepare_workers=self.prepare_workers,
+            private_batch_size=self.private_batch_size,
+            chunk_ids=[j for j, _ in items],
+            shots_per_chunk=cut,
         )
         return [() if s is None else _top_positive(s, pool_mask, self.max_votes_per_chunk) for s in scores]
 
@@ -124,28 +130,56 @@ def chunk_head_scores(
     max_prompt_tokens: int | None = None,
     progress: bool = True,
     prepare_workers: int | None = None,
+    private_batch_size: int = 1,
+    chunk_ids: Sequence[int] | None = None,
+    shots_per_chunk: int | None = None,
 ) -> Iterator[torch.Tensor | None]:
     """Per chunk, the attribution score of every head (L, H) float32, or None (no vote).
 
-    Each chunk gets its own forward and backward passes (never batched with other chunks), so its
-    scores are a function of its own records; ``max_prompt_tokens`` (None: the model's position
-    limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. The chunk prompts are
-    rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`). A chunk
-    whose computation raises or gives NaN/inf scores casts no vote (:mod:`dpmtv.failed_chunks`).
+    Each chunk's prompt gets its own forward pass, or with ``private_batch_size`` above 1 (and a
+    family that allows it) the row its chunk id (``chunk_ids``, default the positions) assigns in
+    a pass of fixed public shapes (:mod:`dpmtv.fixed_shapes`; its dummy rows have the image
+    count of a chunk of the public ``shots_per_chunk``); then its own backward pass. Either
+    way its scores are a function of its own records; ``max_prompt_tokens`` (None: the model's
+    position limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. The chunk
+    prompts are rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`).
+    A chunk whose computation raises or gives NaN/inf scores casts no vote (:mod:`dpmtv.failed_chunks`).
     """
-    budget = resolve_max_prompt_tokens(loaded.adapter, max_prompt_tokens)
-    prompts = _VotePrompts([chunk for chunk in chunks if len(chunk) >= 2])  # fewer: no demonstration
-    encoded = prepared_inputs(loaded.adapter, prompts, max_prompt_tokens=budget, workers=prepare_workers)
+    adapter = loaded.adapter
+    budget = resolve_max_prompt_tokens(adapter, max_prompt_tokens)
+    ids = range(len(chunks)) if chunk_ids is None else chunk_ids
+    voting = [(j, chunk) for j, chunk in zip(ids, chunks, strict=True) if len(chunk) >= 2]  # else no demo
+    captured = extract_each_chunk(
+        adapter,
+        _VotePrompts([chunk for _, chunk in voting]),
+        all_heads(adapter.geometry),
+        max_prompt_tokens=budget,
+        prepare_workers=prepare_workers,
+        fixed_shape=_vote_shape(adapter, private_batch_size, budget, shots_per_chunk),
+        slots=[j for j, _ in voting],
+    )
     try:
         with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
             for chunk in chunks:
                 if len(chunk) < 2:  # no demonstration: no vote
                     yield None
                 else:
-                    yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, next(encoded)))
+                    yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, next(captured)))
                 advance(1)
     finally:
-        encoded.close()
+        captured.close()
+
+
+def _vote_shape(adapter, rows: int, budget: int, shots_per_chunk: int | None) -> FixedShape | None:
+    """The fixed public shape of the vote passes, or None (one chunk per pass): the build's
+    resolved batch size, where the family allows it and the dummy row (a full chunk's image count,
+    from the public shots per chunk, never from the chunks themselves) fits the budget."""
+    if rows == 1 or not adapter.fixed_shape_batches:
+        return None
+    if shots_per_chunk is None:
+        raise ParameterError("a fixed-shape vote pass needs the public shots_per_chunk for its dummy rows")
+    shape = FixedShape(rows, budget, dummy_prompt(shots_per_chunk - 1))
+    return shape if dummy_inputs(adapter, shape) is not None else None
 
 
 class _VotePrompts(Sequence):
@@ -161,16 +195,14 @@ class _VotePrompts(Sequence):
         return chunk_prompt(self._chunks[index], query="record", query_question="")
 
 
-def _chunk_scores(loaded, chunk: Sequence[Record], inputs) -> torch.Tensor | None:
-    if inputs is None:  # the query alone exceeds the budget (so does its zero-shot prompt)
+def _chunk_scores(loaded, chunk: Sequence[Record], captured) -> torch.Tensor | None:
+    if captured is None:  # dropped: the query alone exceeds the budget, or the pass failed
         return None
-    adapter = loaded.adapter
-    geometry = adapter.geometry
-    captured = selected_heads_of(adapter, to_device(inputs, adapter.input_device), all_heads(geometry))
+    geometry = loaded.adapter.geometry
     stacked = np.stack([captured[layer][0] for layer in range(geometry.num_layers)])  # (L, H*d)
     values = torch.from_numpy(stacked.reshape(1, geometry.num_layers, geometry.num_heads, -1)).float()
-    query = _held_out_query(adapter, chunk[-1])
-    return attribution_scores(adapter, [query], values, batch_size=1)[0]  # (L, H)
+    query = _held_out_query(loaded.adapter, chunk[-1])
+    return attribution_scores(loaded.adapter, [query], values, batch_size=1)[0]  # (L, H)
 
 
 def _held_out_query(adapter, record: Record) -> Query:
@@ -198,6 +230,7 @@ def select_private(
     progress: bool = True,
     executor: Executor | None = None,
     prepare_workers: int | None = None,
+    private_batch_size: int = 1,
 ) -> SelectionResult:
     """Votes of ``partition``'s chunks of ``records`` → histogram → ``noisy_top_k(k, ε_sel)`` →
     the selected heads.
@@ -219,6 +252,7 @@ def select_private(
         max_prompt_tokens=max_prompt_tokens,
         shots_per_chunk=shots_per_chunk,
         prepare_workers=prepare_workers,
+        private_batch_size=private_batch_size,
     )
     votes = (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
     counts = head_vote_counts(

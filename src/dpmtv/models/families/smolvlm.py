@@ -17,6 +17,7 @@ from typing import Any
 from dpmtv.errors import AdapterError
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
+from dpmtv.prompts import Example, Prompt
 
 # Token strings Idefics3Processor hard-codes; SmolVLMProcessor reads them from the tokenizer.
 _IMAGE_TOKENS = {
@@ -31,6 +32,21 @@ class SmolVLMAdapter(GenericAdapter):
     display_name = "SmolVLM"
     model_types = ("smolvlm",)
     special_reason = "image-only Idefics3Processor: the stock processor requires torchvision and num2words"
+    # The processor sizes an image by its aspect ratio (tiles and padding follow it), so a private
+    # fixed-shape pass first resizes every image to one public square (fixed_shape_prompt).
+    fixed_shape_batches = True
+
+    def fixed_shape_prompt(self, prompt: Prompt) -> Prompt:
+        """Every image resized to the processor's ``longest_edge`` square: then each image gives the
+        same tiles, the same pixel tensor and the same image tokens, whatever its own size (the
+        processor upsamples to that edge anyway; only the aspect ratio is given up)."""
+        edge = int(self.processor.image_processor.size["longest_edge"])
+
+        def square(example: Example) -> Example:
+            images = tuple(image.convert("RGB").resize((edge, edge)) for image in example.images)
+            return Example(images, example.question, example.answer)
+
+        return Prompt(tuple(square(demo) for demo in prompt.demonstrations), square(prompt.query))
 
     @classmethod
     def load_processor(cls, path: str) -> Any:
