@@ -32,12 +32,14 @@ def test_the_embedded_checkpoint_recommends_prefill_only(embedded_and_vector):
     assert loaded.patch_mode == "prefill-only"
 
 
-def test_default_answers_are_single_words_and_every_call_repeats_them(embedded_and_vector):
+def test_default_answers_are_single_words_and_every_call_differs_only_after_the_first(embedded_and_vector):
     loaded, vector = embedded_and_vector
     queries = [
         Example(r.images, r.question) for r in task_records(get_task("name_colour"), 6, seed=1, split="test")
     ]
     default = answer_queries(loaded, queries, vector=vector, max_new_tokens=3)
     assert all(len(answer.split()) == 1 for answer in default)
+    # the modes patch the prefill alike, so the first word is the same; they differ only after it
+    # (the v2 checkpoint repeated its answer under every-call; v3, trained with written vectors, stops)
     every_call = answer_queries(loaded, queries, vector=vector, max_new_tokens=3, mode="every-call")
-    assert any(len(answer.split()) > 1 for answer in every_call)
+    assert [answer.split()[0] for answer in every_call] == default
