@@ -151,6 +151,19 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def _write(args, rows: list[dict], started: float) -> dict:
+    result = {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "seconds": round(time.perf_counter() - started, 1),
+        "summary": summarise(rows),
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -162,19 +175,11 @@ def main(argv=None) -> dict:
         ceiling = run_ceiling(get_task(name), seeds, args.test_queries)
         for seed in seeds:
             rows += run_task_seed(loaded, name, seed, args, defaults, ceiling)
-            print(json.dumps(rows[-4:])[:300], flush=True)
-    result = {
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - started, 1),
-        "summary": summarise(rows),
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+            result = _write(args, rows, started)  # after every (task, seed): a cut run keeps its rows
     for variant, cell in result["summary"].items():
         print(
-            f"{variant:28s} {cell['accuracy']:.3f}  deciding {cell['deciding_accuracy']}  (n={cell['deciding_count']})"
+            f"{variant:28s} {cell['accuracy']:.3f}  deciding {cell['deciding_accuracy']} "
+            f"(n = {cell['deciding_count']})"
         )
     return result
 
