@@ -114,3 +114,17 @@ def test_settings_refuse_bad_shares_and_one_extraction_for_several_epsilons(tiny
         build_task_vectors_for_epsilons(
             tiny_llava, load_records(records_file), _heads(tiny_llava), seeded, epsilons=(1.0, 2.0)
         )
+
+
+def test_a_round_too_weak_for_its_chunks_is_warned_from_public_numbers():
+    from dpmtv.pipeline.plan import private_clip_notes
+    from dpmtv.privacy.clip_quantile import clip_choice_score_tolerance
+
+    # McSherry-Talwar: (2·Δ∞/ε)·ln(K/β) with Δ∞ = 2 (median), K = 49 multipliers, β = 0.05
+    tolerance = clip_choice_score_tolerance(epsilon=0.1, candidates=CLIP.multipliers, alpha=0.5)
+    assert tolerance == pytest.approx(2 * 2 / 0.1 * math.log(49 / 0.05))
+    weak = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.1))
+    with pytest.warns(UserWarning, match="private round is weak"):
+        assert private_clip_notes(weak, 256)  # 276 > 256 / 2
+    strong = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.5))
+    assert private_clip_notes(strong, 256) == []  # 55 < 128

@@ -26,7 +26,7 @@ from dpmtv.privacy import (
     make_sampler,
     parse_l2_clip_norms,
 )
-from dpmtv.privacy.clip_quantile import clip_multiplier_event
+from dpmtv.privacy.clip_quantile import clip_choice_score_tolerance, clip_multiplier_event, quantile_scores
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.noise import NoiseSampler
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
@@ -39,6 +39,7 @@ __all__ = [
     "plan_build",
     "plan_layout",
     "private_clip_events",
+    "private_clip_notes",
     "release_sensitivity",
 ]
 
@@ -97,6 +98,8 @@ def plan_build(
     release = plan_release(settings, layout.l2_sensitivity, sampler, selection)
     if settings.private_clip is None:  # a private C is not known yet
         notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
+    else:
+        notes += private_clip_notes(settings, layout.release_part.num_chunks, stacklevel=4)
     return BuildPlan(layout, sampler, selection, release, build_event(release, selection), tuple(notes))
 
 
@@ -157,6 +160,31 @@ def release_sensitivity(
     the Gaussian's multiplier, and so the accounted event, does not depend on Δ)."""
     norms = sensitivity_clip_norms(clip_norms, heads, settings)  # as the artifact records them
     return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=settings.relation)
+
+
+def private_clip_notes(settings: BuildSettings, num_chunks: int, *, stacklevel: int = 3) -> list[str]:
+    """Warn (at once, and in the result) when the clip round's utility bound at the public ``m``
+    exceeds half its score range: the chosen C may then be far from the quantile, in either
+    direction (too small loses the signal, too large drowns it)."""
+    clip = settings.private_clip
+    if clip is None:
+        return []
+    (event,) = private_clip_events(settings)
+    tolerance = clip_choice_score_tolerance(
+        epsilon=float(event.noise_parameter), candidates=clip.multipliers, alpha=clip.quantile
+    )
+    # the score of a candidate below every chunk: the whole range, m chunks times α's scale
+    score_range = float(quantile_scores([1.0] * num_chunks, candidates=(0.5, 2.0), alpha=clip.quantile)[0])
+    if tolerance <= 0.5 * score_range:
+        return []
+    note = (
+        f"the clip norm's private round is weak: at epsilon {float(event.noise_parameter):.3g} "
+        f"(--clip-epsilon-fraction {clip.epsilon_fraction:g}) over m = {num_chunks} chunks its choice may "
+        f"fall anywhere on the grid (score tolerance {tolerance:.3g} against a range of {score_range:.3g}); "
+        "raise --clip-epsilon-fraction, use more chunks, or give C"
+    )
+    warnings.warn(note, stacklevel=stacklevel)
+    return [note]
 
 
 def private_clip_events(settings: BuildSettings) -> tuple[dp_accounting.DpEvent, ...]:

@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # opendp loads lazily: a build without a private clip norm ne
 
 __all__ = [
     "DEFAULT_CLIP_QUANTILE",
+    "clip_choice_score_tolerance",
     "clip_multiplier_event",
     "clip_norm_candidates",
     "clip_quantile_event",
@@ -147,6 +148,21 @@ def clip_quantile_event(*, epsilon: float, num_layers: int) -> dp_accounting.DpE
     num_layers = check_int("num_layers", num_layers, minimum=1)
     per_layer = DiscreteLaplaceDpEvent(noise_parameter=epsilon / num_layers, sensitivity=1)
     return dp_accounting.SelfComposedDpEvent(per_layer, num_layers) if num_layers > 1 else per_layer
+
+
+def clip_choice_score_tolerance(
+    *, epsilon: float, candidates: Sequence[float], alpha: float, failure_probability: float = 0.05
+) -> float:
+    """How far above the best score the chosen candidate's may be: with probability at least
+    ``1 − β`` the exponential mechanism's choice is within ``(2Δ∞/ε)·ln(K/β)`` of the best score
+    (McSherry & Talwar 2007, Theorem 6; ``K`` candidates). A function of public numbers only; the
+    build warns when it exceeds half the score range, i.e. when the choice may land anywhere."""
+    grid = _check_candidates(candidates)
+    sensitivity = quantile_score_sensitivity(candidates=grid, alpha=alpha)
+    beta = float(failure_probability)
+    if not 0.0 < beta < 1.0:
+        raise ParameterError(f"failure_probability must be in (0, 1), got {failure_probability!r}")
+    return clip_quantile_scale(epsilon=epsilon, linf_sensitivity=sensitivity) * math.log(len(grid) / beta)
 
 
 def clip_multiplier_event(*, epsilon: float) -> dp_accounting.DpEvent:
