@@ -188,3 +188,26 @@ def test_a_worker_that_inflates_its_sum_is_refused_before_the_noise(
 
 def test_the_running_head_answers_the_connect_check(ray_cluster):
     wait_for_head(ray_cluster.get_runtime_context().gcs_address, connect_timeout_s=10)
+
+
+def test_a_ray_build_with_a_private_clip_norm_is_the_local_build(ray_cluster, tiny_llava_path, tmp_path):
+    """The centered rows come back from the workers (checked by ``CenteredRows.check_batch``); the
+    seeded round then picks the same multiplier from the same norms, and the release is the local one."""
+    data = write_records(tmp_path / "data", 21, seed=3)
+    common = ["build", "--model", str(tiny_llava_path), "--data", str(data), "--heads", "layers:0-1"]
+    common += ["--epsilon", "4", "--l2-clip-norm", "private", "--clip-epsilon-fraction", "0.3"]
+    common += ["--shots-per-chunk", "3", "--insecure-seeded-noise", "5", "--quiet"]
+    runner = CliRunner()
+    local = runner.invoke(main, [*common, "--out", str(tmp_path / "local.safetensors")])
+    ray = runner.invoke(
+        main, [*common, "--out", str(tmp_path / "ray.safetensors"), "--ray", "auto", "--workers", "2"]
+    )
+    assert local.exit_code == 0, local.output
+    assert ray.exit_code == 0, ray.output
+    local_meta, ray_meta = _metadata(tmp_path / "local.safetensors"), _metadata(tmp_path / "ray.safetensors")
+    assert (local_meta.pop("workers"), ray_meta.pop("workers")) == (1, 2)
+    assert ray_meta == local_meta and local_meta["privacy"]["clip_norm_selection"]["multiplier"] > 0
+    local_values = load_task_vector(tmp_path / "local.safetensors").values
+    assert_close_relative(
+        load_task_vector(tmp_path / "ray.safetensors").values, local_values, rel=FLOAT32_REL
+    )
