@@ -133,6 +133,12 @@ def test_ray_cli_build_has_the_local_artifact_and_metadata_plus_workers(
         "5",
         "--quiet",
     ]
+    _assert_ray_build_is_the_local_build(common, tmp_path)
+
+
+def _assert_ray_build_is_the_local_build(common: list[str], tmp_path) -> dict:
+    """Build ``common`` locally and on 2 Ray workers: the same metadata but ``workers``, and the
+    same seeded noise on the same sum (up to float rounding of the summation order)."""
     runner = CliRunner()
     local = runner.invoke(main, [*common, "--out", str(tmp_path / "local.safetensors")])
     ray = runner.invoke(
@@ -143,11 +149,11 @@ def test_ray_cli_build_has_the_local_artifact_and_metadata_plus_workers(
     local_meta, ray_meta = _metadata(tmp_path / "local.safetensors"), _metadata(tmp_path / "ray.safetensors")
     assert (local_meta.pop("workers"), ray_meta.pop("workers")) == (1, 2)
     assert ray_meta == local_meta
-    # the same seeded noise on the same sum (up to float rounding of the summation order)
     local_values = load_task_vector(tmp_path / "local.safetensors").values
     assert_close_relative(
         load_task_vector(tmp_path / "ray.safetensors").values, local_values, rel=FLOAT32_REL
     )
+    return local_meta
 
 
 def test_a_huge_public_m_sends_only_the_nonempty_chunks(ray_cluster, tiny_llava, tiny_llava_path, records):
@@ -197,17 +203,5 @@ def test_a_ray_build_with_a_private_clip_norm_is_the_local_build(ray_cluster, ti
     common = ["build", "--model", str(tiny_llava_path), "--data", str(data), "--heads", "layers:0-1"]
     common += ["--epsilon", "4", "--l2-clip-norm", "private", "--clip-epsilon-fraction", "0.3"]
     common += ["--shots-per-chunk", "3", "--insecure-seeded-noise", "5", "--quiet"]
-    runner = CliRunner()
-    local = runner.invoke(main, [*common, "--out", str(tmp_path / "local.safetensors")])
-    ray = runner.invoke(
-        main, [*common, "--out", str(tmp_path / "ray.safetensors"), "--ray", "auto", "--workers", "2"]
-    )
-    assert local.exit_code == 0, local.output
-    assert ray.exit_code == 0, ray.output
-    local_meta, ray_meta = _metadata(tmp_path / "local.safetensors"), _metadata(tmp_path / "ray.safetensors")
-    assert (local_meta.pop("workers"), ray_meta.pop("workers")) == (1, 2)
-    assert ray_meta == local_meta and local_meta["privacy"]["clip_norm_selection"]["multiplier"] > 0
-    local_values = load_task_vector(tmp_path / "local.safetensors").values
-    assert_close_relative(
-        load_task_vector(tmp_path / "ray.safetensors").values, local_values, rel=FLOAT32_REL
-    )
+    local_meta = _assert_ray_build_is_the_local_build(common, tmp_path)
+    assert local_meta["privacy"]["clip_norm_selection"]["multiplier"] > 0
