@@ -77,6 +77,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=",".join(f"{k}={v:g}" for k, v in gen.TRAINING_MIX.items()),
         help="episode groups and their probabilities (naming, single, composition, label_map)",
     )
+    p.add_argument(
+        "--bursty-label-maps",
+        type=float,
+        default=0.0,
+        help="share of label-map episodes drawn from a few attribute combinations (gen.sample_episodes)",
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-fraction", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=200)
@@ -425,7 +431,7 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
             break
         k = int(rng.integers(args.min_shots, args.max_shots + 1))
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
-        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix)
+        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix, bursty_label_maps=args.bursty_label_maps)
         lr = lr_at(step, progress, args)
         loss_answer, loss_probe, hits, tv = run.step(batch, k, n_episodes, lr)
         step += 1

@@ -109,3 +109,21 @@ def test_rendered_colour_matches_the_colour_attribute():
             assert pixel.argmax() == colour
         else:  # yellow: red and green high, blue low
             assert pixel[2] < min(pixel[0], pixel[1])
+
+
+def test_bursty_label_maps_draw_their_shots_from_a_few_combinations():
+    rng = np.random.default_rng(3)
+    batch = gen.sample_episodes(rng, 40, 32, mix={"label_map": 1.0}, bursty_label_maps=1.0)
+    combos = [len(np.unique(codes, axis=0)) for codes in batch.codes]
+    assert max(combos) <= max(gen.BURSTY_POOL_SIZES)
+    plain = gen.sample_episodes(np.random.default_rng(3), 40, 32, mix={"label_map": 1.0})
+    assert np.mean([len(np.unique(c, axis=0)) for c in plain.codes]) > 2 * max(gen.BURSTY_POOL_SIZES)
+
+
+def test_no_bursty_episodes_replay_the_stream_of_earlier_runs():
+    """Share 0 draws nothing extra: the episodes equal those of a call without the option."""
+    a = gen.sample_episodes(np.random.default_rng(5), 12, 16)
+    b = gen.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.0)
+    c = gen.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.5)
+    assert np.array_equal(a.images, b.images) and np.array_equal(a.answers, b.answers)
+    assert not np.array_equal(a.codes, c.codes)

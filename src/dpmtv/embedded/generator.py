@@ -398,6 +398,16 @@ def random_label_map(rng: np.random.Generator) -> Task:
     return label_map_task(attribute, words)
 
 
+BURSTY_POOL_SIZES = (2, 3, 4, 6)
+
+
+def _bursty_codes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` shots drawn uniformly from a fresh pool of a few distinct attribute combinations."""
+    size = BURSTY_POOL_SIZES[rng.integers(len(BURSTY_POOL_SIZES))]
+    pool = ALL_CODES[rng.choice(len(ALL_CODES), size, replace=False)]
+    return pool[rng.integers(0, size, n)].copy()
+
+
 def sample_episodes(
     rng: np.random.Generator,
     n_episodes: int,
@@ -405,10 +415,17 @@ def sample_episodes(
     *,
     mix: Mapping[str, float] | None = None,
     yes_rate_range: tuple[float, float] = (0.3, 0.7),
+    bursty_label_maps: float = 0.0,
 ) -> EpisodeBatch:
     """Training episodes: each picks a group by ``mix`` (default :data:`TRAINING_MIX`), a task
     uniformly within the group (a fresh map for ``label_map``), a per-episode yes-rate for
-    predicates, and fresh images. Held-out tasks never occur."""
+    predicates, and fresh images. Held-out tasks never occur.
+
+    ``bursty_label_maps``: the share of label-map episodes whose shots all come from a small pool
+    of :data:`BURSTY_POOL_SIZES` attribute combinations, so the query's combination recurs among
+    the demonstrations (bursty exemplars, Chan et al. 2022: copying the label of a matching
+    demonstration is rewarded before matching on one attribute is). 0 draws nothing extra from
+    ``rng`` (earlier runs replay unchanged)."""
     mix = dict(TRAINING_MIX if mix is None else mix)
     groups = [g for g, p in mix.items() if p > 0]
     weights = np.array([mix[g] for g in groups], dtype=float)
@@ -421,6 +438,8 @@ def sample_episodes(
         else:
             task = pools[group][rng.integers(len(pools[group]))]
         codes = sample_codes_for_task(task, n_shots, rng, yes_rate=rng.uniform(*yes_rate_range))
+        if group == "label_map" and bursty_label_maps > 0 and rng.uniform() < bursty_label_maps:
+            codes = _bursty_codes(rng, n_shots)
         all_codes.append(codes)
         all_answers.append(task.answer_indices(codes))
         names.append(task.name)
