@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from dpmtv._artifact_claim import check_privacy_claim
 from dpmtv.card import write_card
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
@@ -245,6 +244,10 @@ def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = (
         if name in tensors and not np.isfinite(tensors[name]).all():
             bad = int(np.size(tensors[name]) - np.isfinite(tensors[name]).sum())
             raise ArtifactIntegrityError(f"'{path}': tensor '{name}' is not finite ({bad} NaN/inf values)")
+    # here, not at the top: the claim check needs dp-accounting (scipy, ~1 s of CPU to import),
+    # which commands that load no artifact (`--help`) should not pay for
+    from dpmtv._artifact_claim import check_privacy_claim
+
     check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'")
     return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"), signer)
 
