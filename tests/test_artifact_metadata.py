@@ -15,11 +15,23 @@ import pytest
 from dpmtv.data import load_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
+from dpmtv.pipeline.settings import PrivateClipSettings
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 from tests.conftest import write_records
 
 ALLOWED_TO_DIFFER = {"created_at", "tensors_sha256"}
 NOISY_RELEASE_WITH_PRIVATE_SELECTION = {"heads", "privacy.l2_clip_norm"}
+#: with --l2-clip-norm private: C = c·g and the chosen multiplier c, outputs of the accounted round
+NOISY_RELEASE_WITH_PRIVATE_CLIP = {"privacy.l2_clip_norm", "privacy.clip_norm_selection.multiplier"}
+#: with both private (the private-only path): the public layer scales g of the privately selected
+#: heads, and what C = c·g over those heads fixes (Δ and the σ calibrated to it)
+NOISY_RELEASE_PRIVATE_ONLY = {
+    "privacy.clip_norm_selection.layer_scales",
+    "privacy.l2_sensitivity",
+    "privacy.sensitivity_l2_clip_norm",
+    "privacy.noise_std",
+    "privacy.noise_std_analytic",
+}
 
 
 def _flat(value, prefix=""):
@@ -31,12 +43,15 @@ def _flat(value, prefix=""):
     return {prefix.rstrip("."): value}
 
 
-def _metadata(tiny_llava, folder: Path, num_records: int, *, private_selection: bool) -> dict:
+def _metadata(
+    tiny_llava, folder: Path, num_records: int, *, private_selection: bool, private_clip: bool = False
+) -> dict:
     records = load_records(write_records(folder, num_records, seed=num_records))
     settings = BuildSettings(
         epsilon=4.0,
         delta=1e-5,
-        l2_clip_norm=(1.0,),
+        l2_clip_norm=(1.0,),  # with private_clip a placeholder: C is chosen inside the build
+        private_clip=PrivateClipSettings() if private_clip else None,
         shots_per_chunk=4,
         neighbouring_relation="add-remove-one",
         num_chunks=4,
@@ -59,6 +74,21 @@ def test_metadata_does_not_depend_on_the_private_data(tiny_llava, tmp_path, priv
     differing = {key for key in small if small[key] != large[key]}
     assert differing <= allowed, {key: (small[key], large[key]) for key in differing - allowed}
     assert not any("seconds" in key or "time" in key for key in small if key != "created_at")
+
+
+@pytest.mark.parametrize("private_selection", [False, True], ids=["private-clip", "private-only"])
+def test_metadata_of_a_private_clip_build_does_not_depend_on_the_private_data(
+    tiny_llava, tmp_path, private_selection
+):
+    kwargs = {"private_selection": private_selection, "private_clip": True}
+    small = _metadata(tiny_llava, tmp_path / "small", 6, **kwargs)
+    large = _metadata(tiny_llava, tmp_path / "large", 60, **kwargs)
+    allowed = ALLOWED_TO_DIFFER | NOISY_RELEASE_WITH_PRIVATE_CLIP
+    allowed |= NOISY_RELEASE_WITH_PRIVATE_SELECTION | NOISY_RELEASE_PRIVATE_ONLY if private_selection else set()
+    assert set(small) == set(large)
+    assert "privacy.clip_norm_selection.multiplier" in small
+    differing = {key for key in small if small[key] != large[key]}
+    assert differing <= allowed, {key: (small[key], large[key]) for key in differing - allowed}
 
 
 def test_every_metadata_field_is_documented():
