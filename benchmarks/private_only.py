@@ -115,7 +115,7 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
         settings = settings_for(variant, args, defaults, tuple(chosen["l2_clip_norm"]))
         build_heads = None if settings.private_selection is not None else heads
         vector = build_task_vector(loaded, private, build_heads, settings).vector
-        correct = first_token_correct(loaded.adapter, queries, answers, patches=vector.patches())
+        correct = first_token_correct(loaded.adapter, queries, answers, patches=vector.layer_patches())
         rows.append(row(variant, correct, vector))
     return rows
 

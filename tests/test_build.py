@@ -276,14 +276,14 @@ def test_private_selection_composes_into_the_budget(tiny_llava, records_file, tm
 def test_private_selection_charges_before_the_selection_noise(
     tiny_llava, records_file, tmp_path, monkeypatch
 ):
-    import dpmtv.pipeline.build as build_module
+    import dpmtv.pipeline.release as release_module
     from dpmtv.errors import BudgetExceededError
     from dpmtv.pipeline.build import PrivateSelectionSettings
 
     def no_selection(*args, **kwargs):
         raise AssertionError("selection noise drawn before the charge")
 
-    monkeypatch.setattr(build_module, "select_private", no_selection)
+    monkeypatch.setattr(release_module, "select_private", no_selection)
     settings = BuildSettings(
         epsilon=4.0,
         delta=1e-5,

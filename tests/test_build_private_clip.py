@@ -18,7 +18,7 @@ from dpmtv.errors import ArtifactIntegrityError, ParameterError
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, build_task_vector, build_task_vectors_for_epsilons
 from dpmtv.pipeline.plan import plan_layout
-from dpmtv.pipeline.private_clip import public_layer_scales
+from dpmtv.pipeline.reference import public_layer_scales
 from dpmtv.pipeline.settings import PrivateClipSettings
 from dpmtv.pipeline.tasks import iter_centered_chunks
 from dpmtv.privacy import derive_insecure_seed, epsilon_of, event_from_json, seeded_rng

@@ -136,7 +136,7 @@ def test_an_error_after_the_charge_quotes_no_record(tiny_llava_path, tmp_path, m
     def failing(*args, **kwargs):
         raise RecordError(f"{data}:7: field 'answer' = 'secret diagnosis'")
 
-    monkeypatch.setattr("dpmtv.pipeline.build.sum_clipped_chunks", failing)
+    monkeypatch.setattr("dpmtv.pipeline.release.sum_clipped_chunks", failing)
     args = _build(tiny_llava_path, data, out, "--heads-from", "private", "--select-k", "2")
     result = runner.invoke(main, [*args, "--dataset", "D", "--ledger", str(ledger)])
     assert result.exit_code == 1 and not out.exists()

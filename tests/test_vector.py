@@ -84,12 +84,23 @@ def test_failed_write_leaves_no_file(artifact, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_patches_follow_the_head_order(artifact):
+def test_layer_patches_follow_the_head_order(artifact):
     vector = load_task_vector(artifact)
-    patches = vector.patches()
+    patches = vector.layer_patches()
     assert sorted(patches) == [0, 1]
     assert patches[0].heads.tolist() == [1] and patches[1].heads.tolist() == [2]
     np.testing.assert_array_equal(patches[1].values.numpy(), vector.values[1:2])
+
+
+def test_patches_is_a_deprecated_name_of_layer_patches(artifact):
+    vector = load_task_vector(artifact)
+    with pytest.warns(DeprecationWarning, match="layer_patches"):
+        old = vector.patches()
+    new = vector.layer_patches()
+    assert sorted(old) == sorted(new)
+    for layer in new:
+        assert old[layer].heads.tolist() == new[layer].heads.tolist()
+        np.testing.assert_array_equal(old[layer].values.numpy(), new[layer].values.numpy())
 
 
 def test_layer_patch_from_flat_or_per_head_rows_is_the_same_patch():

@@ -36,7 +36,7 @@ def apply(
     vector.check_model(model_identity(adapter, name))
     if mode is None:
         mode = model.patch_mode if isinstance(model, LoadedModel) else PatchMode.EVERY_CALL
-    with overwrite_heads(adapter, vector.patches(), mode=PatchMode(mode)):
+    with overwrite_heads(adapter, vector.layer_patches(), mode=PatchMode(mode)):
         yield adapter
 
 

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +111,9 @@ class TaskVector:
     reference: np.ndarray | None = None  # (K, d), public
     signer: Signer | None = None  # set when loaded with trusted keys: who signed the file
 
-    def patches(self) -> dict[int, LayerPatch]:
-        """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`."""
+    def layer_patches(self) -> dict[int, LayerPatch]:
+        """Per-layer overwrite values for :func:`dpmtv.hooks.overwrite_heads`: the vector's rows
+        through :func:`dpmtv.hooks.layer_patches`, the one conversion."""
         from dpmtv.hooks import layer_patches  # torch on first use
 
         layers = [layer for layer, _ in self.heads.pairs]
@@ -119,6 +121,15 @@ class TaskVector:
             layer: self.values[[i for i, x in enumerate(layers) if x == layer]] for layer in self.heads.layers
         }
         return layer_patches(rows, self.heads)
+
+    def patches(self) -> dict[int, LayerPatch]:
+        """Deprecated (0.1.0's name): :meth:`layer_patches`."""
+        warnings.warn(
+            "TaskVector.patches() is deprecated; use TaskVector.layer_patches()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.layer_patches()
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Refuse a model whose identity differs from the one the vector was built for."""

@@ -17,9 +17,10 @@ Order of a build, and why:
    build here, before the charge and any private forward pass;
 3. ``before_noise`` (the ledger charge) runs exactly once, right before the first noise draw:
    before the selection's noisy top-k, or else just before the release noise;
-4. extract, clip and sum the release chunks (a failing chunk contributes zero,
-   :mod:`dpmtv.failed_chunks`); noise once; write the artifact atomically. From the charge on,
-   an error's message is withheld (:mod:`dpmtv.pipeline.private_phase`).
+4. the private part (:mod:`dpmtv.pipeline.release`): (select,) extract, clip and sum the release
+   chunks (a failing chunk contributes zero, :mod:`dpmtv.failed_chunks`), noise once; then write
+   the artifact atomically. From the charge on, an error's message is withheld
+   (:mod:`dpmtv.pipeline.private_phase`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,19 +41,17 @@ from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.artifact import released_task_vector
 from dpmtv.pipeline.plan import (
     BuildLayout,
-    BuildPlan,
     count_notes,
     plan_build,
     plan_layout,
     plan_release,
-    selection_pool,
     weak_signal_notes,
 )
 from dpmtv.pipeline.private_batching import resolve_private_batch_size
-from dpmtv.pipeline.private_clip import ClipChoice, release_with_private_clip
 from dpmtv.pipeline.private_phase import run_private_phase
 from dpmtv.pipeline.public_inputs import ensure_checked
 from dpmtv.pipeline.reference import reference_activations
+from dpmtv.pipeline.release import private_release
 from dpmtv.pipeline.settings import (
     BuildSettings,
     Centering,
@@ -62,19 +60,11 @@ from dpmtv.pipeline.settings import (
 )
 from dpmtv.pipeline.tasks import sum_clipped_chunks
 from dpmtv.pipeline.validation import validate_build_inputs
-from dpmtv.privacy import (
-    ClippedSumAccumulator,
-    derive_insecure_seed,
-    make_sampler,
-    seeded_rng,
-    validate_epsilon_delta,
-)
+from dpmtv.privacy import ClippedSumAccumulator, make_sampler, validate_epsilon_delta
 from dpmtv.privacy.disjoint import ChargedEvent
-from dpmtv.privacy.release import NoisedVector, release_clipped_sum
+from dpmtv.privacy.release import release_clipped_sum
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
-from dpmtv.selection.private import select_private
-from dpmtv.selection.result import SelectionResult
 from dpmtv.vector import TaskVector, save_task_vector
 
 __all__ = [
@@ -133,80 +123,34 @@ def build_task_vector(
     records = ensure_checked(records, settings)  # before any forward pass; once, if the caller checked
     settings = _with_prompt_budget(loaded, settings)
     plan = plan_build(loaded, records, heads, settings)
-    layout = plan.layout
     charge = _ChargeOnce(before_noise, plan.event)  # a ledger's preview runs here, before any data
-    pool = heads if heads is not None else selection_pool(settings, loaded.adapter.geometry)
-    validate_build_inputs(loaded.adapter, records, pool, settings)  # before the charge and any private pass
-    heads, head_selection, reference, noised, layout, clip_choice = run_private_phase(
-        lambda: _private_release(loaded, records, heads, settings, plan, charge, executor),
+    validate_build_inputs(
+        loaded.adapter, records, plan.candidates, settings
+    )  # before the charge and any private pass
+    chunked = plan.layout.chunked
+    release = run_private_phase(
+        lambda: private_release(loaded, records, heads, settings, plan, charge, executor),
         charged=lambda: charge.done,
-        counts_are_private=not (layout.chunked.counts_are_public or settings.show_private_counts),
+        counts_are_private=not (chunked.counts_are_public or settings.show_private_counts),
     )
-    workers = (executor or LocalExecutor()).workers
+    clip_choice = release.clip_choice
     vector = released_task_vector(
         loaded,
-        heads,
+        release.heads,
         settings,
-        layout,
-        reference,
-        noised,
-        head_selection,
-        workers=workers,
+        release.layout,
+        release.reference,
+        release.noised,
+        release.head_selection,
+        workers=(executor or LocalExecutor()).workers,
         created_at=started_at,
         clip_norm_selection=None if clip_choice is None else clip_choice.to_metadata(),
     )
     path = save_task_vector(vector, out) if out is not None else None
     if path is not None:  # the file's time is the build's one time too
         os.utime(path, (timestamp_seconds(started_at),) * 2)
-    num_unused = layout.chunked.partition.num_unused
+    num_unused = chunked.partition.num_unused
     return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
-
-
-def _private_release(
-    loaded: LoadedModel,
-    records: Sequence[Record],
-    heads: HeadSet | None,
-    settings: BuildSettings,
-    plan: BuildPlan,
-    charge: _ChargeOnce,
-    executor: Executor | None,
-) -> tuple[HeadSet, dict[str, Any], dict[int, np.ndarray], NoisedVector, BuildLayout, ClipChoice | None]:
-    """The private part of a build, guarded by :func:`run_private_phase`: (private selection,)
-    extraction, (private clip norm,) sum, noise once. Returns (heads, head_selection, reference,
-    noised release, the layout with the norms used, the clip choice or None)."""
-    layout = plan.layout
-    head_selection = settings.head_selection
-    if heads is None:
-        charge()
-        selection = _select_privately(loaded, records, plan, settings, executor)
-        heads, head_selection = selection.heads, selection.to_metadata()
-
-    reference = reference_activations(loaded, heads, settings)
-    if settings.private_clip is not None:
-        layout, noised, choice = release_with_private_clip(
-            loaded, records, heads, settings, plan, reference, charge, executor
-        )
-        return heads, head_selection, reference, noised, layout, choice
-    accumulator = sum_clipped_chunks(
-        loaded,
-        records,
-        layout.release_part,
-        heads,
-        settings,
-        reference,
-        layout.l2_clip_norms,
-        executor=executor,
-    )
-    noised = release_clipped_sum(
-        accumulator,
-        num_chunks=layout.release_part.num_chunks,
-        plan=plan.release,
-        sampler=plan.sampler,
-        before_noise=charge,  # a non-private build is recorded too (a ledger voids the dataset)
-        allow_non_private=settings.non_private,
-        l2_sensitivity=layout.l2_sensitivity,
-    )
-    return heads, head_selection, reference, noised, layout, None
 
 
 def _with_prompt_budget(loaded: LoadedModel, settings: BuildSettings) -> BuildSettings:
@@ -246,35 +190,6 @@ def _validate(settings: BuildSettings, records: Sequence[Record], heads: HeadSet
         return ["NON-PRIVATE build: no noise is added and no privacy guarantee holds"]
     validate_epsilon_delta(epsilon=settings.epsilon, delta=settings.delta)
     return []
-
-
-def _select_privately(
-    loaded: LoadedModel,
-    records: Sequence[Record],
-    plan: BuildPlan,
-    settings: BuildSettings,
-    executor: Executor | None,
-) -> SelectionResult:
-    """The private head selection on the plan's selection chunks (its noise is drawn here)."""
-    selection_plan = plan.selection
-    if selection_plan is None:  # _validate: no head set comes with private selection settings
-        raise ParameterError("private selection needs private selection settings")
-    seed = settings.insecure_seed
-    rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
-    return select_private(
-        loaded,
-        records,
-        plan.layout.selection_part,
-        shots_per_chunk=settings.shots_per_chunk,
-        plan=selection_plan,
-        pool=selection_pool(settings, loaded.adapter.geometry),
-        max_prompt_tokens=settings.max_prompt_tokens,
-        rng=rng,
-        progress=settings.progress,
-        executor=executor,
-        prepare_workers=settings.prepare_workers,
-        private_batch_size=settings.private_batch_size or 1,
-    )
 
 
 def build_task_vectors_for_epsilons(

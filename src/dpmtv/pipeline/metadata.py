@@ -10,10 +10,10 @@ from dpmtv.failed_chunks import FAILED_CHUNK_RULE
 from dpmtv.fixed_shapes import describe_private_forward
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import model_identity
+from dpmtv.pipeline.plan import BuildLayout
 from dpmtv.pipeline.settings import BuildSettings, QueryKind
-from dpmtv.privacy import Partition, PrivatePartition, event_to_json
+from dpmtv.privacy import event_to_json
 from dpmtv.privacy.release import GaussianReleasePlan
-from dpmtv.privacy.sensitivity import worst_case_clip_norms
 from dpmtv.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
@@ -33,21 +33,21 @@ def artifact_metadata(
     heads: HeadSet,
     settings: BuildSettings,
     plan: GaussianReleasePlan,
-    clip_norms: dict[int, float],
-    partition: Partition,
-    chunked: PrivatePartition,
+    layout: BuildLayout,
     head_selection: dict[str, Any],
     *,
     workers: int = 1,
     created_at: str | None = None,
     clip_norm_selection: dict[str, Any] | None = None,
 ) -> ArtifactMetadata:
-    """``partition``: the release's chunks (a half with parallel selection); ``chunked``: the
-    build's whole partition, whose counts are stored only where they are public (replace-one).
+    """``layout``: the build's clip norms and the norms Δ rests on, the release's chunks (a half
+    with parallel selection) and the build's whole partition, whose counts are stored only where
+    they are public (replace-one).
     Every field, and why it is public: ``docs/design.md``, "Artifact metadata". ``created_at``:
     the build's one time (:mod:`dpmtv._build_time`, taken before the records were read); default
     now, for experiments that write nothing. ``clip_norm_selection``: a private clip norm's
     public settings, scales and chosen multiplier (:class:`dpmtv.pipeline.private_clip.ClipChoice`)."""
+    chunked, partition, clip_norms = layout.chunked, layout.release_part, layout.l2_clip_norms
     relation = chunked.relation
     replace_one = chunked.counts_are_public
     privacy = PrivacyMetadata(
@@ -58,7 +58,7 @@ def artifact_metadata(
         neighbouring_relation=relation.value,
         privacy_unit=settings.privacy_unit.value,
         l2_clip_norm=[clip_norms[layer] for layer in heads.layers],
-        sensitivity_l2_clip_norm=sensitivity_clip_norms(clip_norms, heads, settings),
+        sensitivity_l2_clip_norm=list(layout.sensitivity_clip_norms),
         l2_sensitivity=cast(float, plan.l2_sensitivity),  # every released plan records its Δ
         noise_std=plan.noise_std,
         noise_std_analytic=plan.noise_std_analytic if plan.noised else None,
@@ -85,18 +85,6 @@ def artifact_metadata(
         privacy=privacy,
         workers=workers,
     )
-
-
-def sensitivity_clip_norms(
-    clip_norms: dict[int, float], heads: HeadSet | None, settings: BuildSettings
-) -> list[float]:
-    """The norms the build's Δ rests on, and that the artifact records: the released layers', or
-    with private selection (``heads`` then None or the selected ones) the worst case over the
-    pool's layers, which ``clip_norms`` then holds."""
-    if settings.private_selection is None:
-        assert heads is not None  # without private selection the heads are known before the build
-        return [clip_norms[layer] for layer in heads.layers]
-    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
 
 
 def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:

@@ -7,21 +7,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dp_accounting
 
 from dpmtv.data.records import Record
+from dpmtv.errors import NumericalError
 from dpmtv.heads import HeadSet, parse_head_spec
 from dpmtv.models.base import HeadGeometry
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.metadata import sensitivity_clip_norms
 from dpmtv.pipeline.partition import partition_for_build
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import (
     Partition,
     PrivacyUnit,
     PrivatePartition,
+    event_to_json,
     l2_sensitivity,
     make_sampler,
     parse_l2_clip_norms,
@@ -31,23 +32,26 @@ from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.noise import NoiseSampler
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release
+from dpmtv.privacy.sensitivity import worst_case_clip_norms
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 
 __all__ = [
     "BuildLayout",
     "BuildPlan",
     "plan_build",
+    "plan_chosen_clip",
     "plan_layout",
     "private_clip_events",
     "private_clip_notes",
-    "release_sensitivity",
+    "sensitivity_clip_norms",
 ]
 
 
 @dataclass(frozen=True)
 class BuildLayout:
     """What a build fixes before it reads any private value: the partition (with its private
-    counts), the selection and release chunks, the clip norms and the release's Δ.
+    counts), the selection and release chunks, the clip norms, the norms the release's Δ rests on
+    (:func:`sensitivity_clip_norms`, as the artifact records them) and Δ.
 
     :func:`build_task_vector` and the sensitivity audit (:mod:`dpmtv.audit.sensitivity`) both
     get it from :func:`plan_layout`, so the audit measures the build's own wiring and Δ."""
@@ -56,6 +60,7 @@ class BuildLayout:
     selection_part: Partition
     release_part: Partition
     l2_clip_norms: dict[int, float]  # with a private clip norm: provisional (1.0) until chosen
+    sensitivity_clip_norms: list[float]
     l2_sensitivity: float
 
 
@@ -65,22 +70,25 @@ def plan_layout(
     """Partition ``records`` for the settings' privacy unit and relation, split the chunks for
     private selection, and compute Δ over the released (or candidate) layers."""
     chunked, selection_part, release_part = partition_for_build(records, settings)
-    geometry = loaded.adapter.geometry
-    candidate_layers = heads.layers if heads is not None else selection_pool(settings, geometry).layers
+    candidate_layers = _candidates(loaded, heads, settings).layers
     clip_norms = parse_l2_clip_norms(list(settings.l2_clip_norm), candidate_layers)
-    sensitivity = release_sensitivity(clip_norms, heads, settings, release_part.num_chunks)
-    return BuildLayout(chunked, selection_part, release_part, clip_norms, sensitivity)
+    norms, sensitivity = _sensitivity(clip_norms, heads, settings, release_part.num_chunks)
+    return BuildLayout(chunked, selection_part, release_part, clip_norms, norms, sensitivity)
 
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """A build's plan: its layout, noise sampler, selection and release plans (``release`` is
-    None for a non-private build), the event the ledger charges, and the notes for the operator."""
+    """A build's plan: its layout, the heads its public checks run on (the released heads, or
+    private selection's pool), noise sampler, selection and release plans (``release`` is None
+    for a non-private build), the private clip round's ε (None without one), the event the
+    ledger charges, and the notes for the operator."""
 
     layout: BuildLayout
+    candidates: HeadSet
     sampler: NoiseSampler
     selection: PrivateSelectionPlan | None
     release: GaussianReleasePlan | None
+    clip_epsilon: float | None
     event: ChargedEvent
     notes: tuple[str, ...]
 
@@ -100,7 +108,35 @@ def plan_build(
         notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
     else:
         notes += private_clip_notes(settings, layout.release_part.num_chunks, stacklevel=4)
-    return BuildPlan(layout, sampler, selection, release, build_event(release, selection), tuple(notes))
+    clip_epsilon = next((float(e.noise_parameter) for e in private_clip_events(settings)), None)
+    candidates = _candidates(loaded, heads, settings)
+    event = build_event(release, selection)
+    return BuildPlan(layout, candidates, sampler, selection, release, clip_epsilon, event, tuple(notes))
+
+
+def plan_chosen_clip(
+    plan: BuildPlan, clip_norms: dict[int, float], heads: HeadSet, settings: BuildSettings
+) -> BuildPlan:
+    """The plan with the privately chosen clip norms (``--l2-clip-norm private``): their Δ (a
+    function of an ε-DP output) and the release planned again from it, refused unless it carries
+    the event already charged (the Gaussian's multiplier does not depend on Δ)."""
+    layout = plan.layout
+    norms, sensitivity = _sensitivity(clip_norms, heads, settings, layout.release_part.num_chunks)
+    release = plan_release(settings, sensitivity, plan.sampler, plan.selection)
+    if (
+        release is None
+        or plan.release is None
+        or event_to_json(release.event) != event_to_json(plan.release.event)
+    ):
+        raise NumericalError("the release planned from the chosen clip norms is not the charged event")
+    chosen = replace(
+        layout, l2_clip_norms=clip_norms, sensitivity_clip_norms=norms, l2_sensitivity=sensitivity
+    )
+    return replace(plan, layout=chosen, release=release)
+
+
+def _candidates(loaded: LoadedModel, heads: HeadSet | None, settings: BuildSettings) -> HeadSet:
+    return heads if heads is not None else selection_pool(settings, loaded.adapter.geometry)
 
 
 def count_notes(chunked: PrivatePartition, settings: BuildSettings, *, stacklevel: int = 3) -> list[str]:
@@ -151,15 +187,27 @@ def selection_pool(settings: BuildSettings, geometry: HeadGeometry) -> HeadSet:
     return parse_head_spec(pool, geometry)
 
 
-def release_sensitivity(
+def _sensitivity(
     clip_norms: dict[int, float], heads: HeadSet | None, settings: BuildSettings, num_chunks: int
-) -> float:
-    """Δ over the released layers; with private selection, the worst case over the at most
-    min(k, #pool layers) layers the ``k`` selected heads can occupy (data-independent). With a
-    private clip norm it is computed again from the chosen norms (a function of an ε-DP output:
-    the Gaussian's multiplier, and so the accounted event, does not depend on Δ)."""
-    norms = sensitivity_clip_norms(clip_norms, heads, settings)  # as the artifact records them
-    return l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=settings.relation)
+) -> tuple[list[float], float]:
+    """The norms Δ rests on (:func:`sensitivity_clip_norms`) and Δ over the released layers; with
+    private selection, the worst case over the at most min(k, #pool layers) layers the ``k``
+    selected heads can occupy (data-independent). With a private clip norm it is computed again
+    from the chosen norms (:func:`plan_chosen_clip`)."""
+    norms = sensitivity_clip_norms(clip_norms, heads, settings)
+    return norms, l2_sensitivity(l2_clip_norms=norms, num_chunks=num_chunks, relation=settings.relation)
+
+
+def sensitivity_clip_norms(
+    clip_norms: dict[int, float], heads: HeadSet | None, settings: BuildSettings
+) -> list[float]:
+    """The norms the build's Δ rests on, and that the artifact records: the released layers', or
+    with private selection (``heads`` then None or the selected ones) the worst case over the
+    pool's layers, which ``clip_norms`` then holds."""
+    if settings.private_selection is None:
+        assert heads is not None  # without private selection the heads are known before the build
+        return [clip_norms[layer] for layer in heads.layers]
+    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
 
 
 def private_clip_notes(settings: BuildSettings, num_chunks: int, *, stacklevel: int = 3) -> list[str]:

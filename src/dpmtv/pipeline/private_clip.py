@@ -3,43 +3,42 @@
 One forward pass per release chunk, as for a given C: the chunks' centered vectors are held in
 this process's memory (never written), each layer's per-chunk norm feeds ONE ε_clip-DP choice of
 a multiplier ``c`` (:func:`dpmtv.privacy.clip_quantile.private_clip_multiplier`), each layer is
-clipped at ``C_l = c·g_l`` and the rows are summed, and the mean is noised once as in every build.
+clipped at ``C_l = c·g_l`` and the rows are summed; the build then noises the mean once, as in
+every build (:mod:`dpmtv.pipeline.release`).
 
-``g_l`` is public: the released heads' norm in layer ``l`` on one blank-image prompt, computed
-before the charge. The accounted event was fixed in the plan (the clip's pure round composed
-with the Gaussian of a multiplier that does not depend on Δ); the release plan made here from the
-chosen norms is checked to carry that same event before any noise is drawn.
+``g_l`` is public: the released heads' norm in layer ``l`` on one blank-image prompt
+(:func:`dpmtv.pipeline.reference.public_layer_scales`), given to it. The accounted event was fixed
+in the plan (the clip's pure round composed with the Gaussian of a multiplier that does not
+depend on Δ); the release plan made from the chosen norms is checked to carry that same event
+before any noise is drawn (:func:`dpmtv.pipeline.plan.plan_chosen_clip`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dpmtv.data.records import Record
-from dpmtv.errors import NumericalError, ParameterError
+from dpmtv.errors import ParameterError
 from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.pipeline.plan import BuildLayout, BuildPlan, plan_release, private_clip_events, release_sensitivity
+from dpmtv.pipeline.reference import PublicReference
 from dpmtv.pipeline.settings import BuildSettings, PrivateClipSettings
 from dpmtv.pipeline.tasks import CenteredRows, ChunkJob
 from dpmtv.privacy import (
     ClippedSumAccumulator,
+    Partition,
     clip_l2_per_layer,
     derive_insecure_seed,
-    event_to_json,
     seeded_rng,
 )
 from dpmtv.privacy.clip_quantile import private_clip_multiplier
-from dpmtv.privacy.release import NoisedVector, release_clipped_sum
-from dpmtv.prompts import Example, Prompt, blank_image
 
-__all__ = ["ClipChoice", "public_layer_scales", "release_with_private_clip"]
+__all__ = ["ClipChoice", "private_clip_sums"]
 
 
 @dataclass(frozen=True)
@@ -65,49 +64,30 @@ class ClipChoice:
         }
 
 
-def public_layer_scales(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, float]:
-    """``g_l``: the L2 norm of the released heads' outputs in each layer on one blank-image prompt
-    (public: no record is read). A zero scale cannot set a clip norm: refused before the charge."""
-    prompt = Prompt((), Example((blank_image(),), settings.query_question))
-    outputs = mean_selected_heads(loaded.adapter, [prompt], heads, batch_size=1)
-    scales = {layer: float(np.linalg.norm(outputs[layer])) for layer in heads.layers}
-    zero = [layer for layer, scale in scales.items() if not (np.isfinite(scale) and scale > 0)]
-    if zero:
-        raise ParameterError(
-            f"--l2-clip-norm private: the released heads' outputs on a blank image have norm 0 (or not "
-            f"finite) in layer(s) {zero}, so no clip norm can be scaled from them; give C as a number"
-        )
-    return scales
-
-
-def release_with_private_clip(
+def private_clip_sums(
     loaded: LoadedModel,
     records: Sequence[Record],
+    partition: Partition,
     heads: HeadSet,
     settings: BuildSettings,
-    plan: BuildPlan,
-    reference: dict[int, np.ndarray],
+    public: PublicReference,
+    *,
+    epsilon: float | None,
     charge: Callable[[], None],
     executor: Executor | None,
-) -> tuple[BuildLayout, NoisedVector, ClipChoice]:
-    """The release chunks' rows → ``charge()`` → the private C → clip, sum, noise once.
-    Returns the layout with the chosen norms and Δ, the noised release and the choice."""
-    clip = settings.private_clip
-    if clip is None or plan.release is None:
+) -> tuple[ClipChoice, ClippedSumAccumulator]:
+    """The release chunks' (``partition``) rows, centered at ``public.centering`` → ``charge()`` →
+    the ``epsilon``-DP multiplier (the plan's ``clip_epsilon``) → each row clipped at
+    ``C_l = c·g_l`` (``g``: ``public.layer_scales``) and summed. Returns the choice and the clipped
+    sums (un-noised: the caller plans Δ from the chosen norms and noises the mean once)."""
+    clip, scales = settings.private_clip, public.layer_scales
+    if clip is None or scales is None or epsilon is None or settings.non_private:
         raise ParameterError("a private clip norm needs private clip settings and a private release")
-    layout = plan.layout
-    scales = public_layer_scales(loaded, heads, settings)  # public, before the charge
-    task = CenteredRows(ChunkJob(heads, settings, reference, l2_clip_norms={}))
-    rows = (executor or LocalExecutor()).run(
-        loaded, records, layout.release_part, task, progress=settings.progress
-    )
+    task = CenteredRows(ChunkJob(heads, settings, public.centering, l2_clip_norms={}))
+    rows = (executor or LocalExecutor()).run(loaded, records, partition, task, progress=settings.progress)
     charge()  # before the clip's noise, the build's first draw on the release chunks
-    choice = _choose(rows, heads, scales, clip, settings)
+    choice = _choose(rows, heads, scales, clip, settings, epsilon)
     clip_norms = choice.l2_clip_norms
-    sensitivity = release_sensitivity(clip_norms, heads, settings, layout.release_part.num_chunks)
-    release = plan_release(settings, sensitivity, plan.sampler, plan.selection)
-    if release is None or event_to_json(release.event) != event_to_json(plan.release.event):
-        raise NumericalError("the release planned from the chosen clip norms is not the charged event")
     accumulator = ClippedSumAccumulator({layer: rows[layer].shape[1] for layer in heads.layers})
     for j in range(len(rows[heads.layers[0]])):
         accumulator.add(
@@ -115,15 +95,7 @@ def release_with_private_clip(
                 {layer: rows[layer][j : j + 1] for layer in heads.layers}, l2_clip_norms=clip_norms
             )
         )
-    noised = release_clipped_sum(
-        accumulator,
-        num_chunks=layout.release_part.num_chunks,
-        plan=release,
-        sampler=plan.sampler,
-        before_noise=charge,
-        l2_sensitivity=sensitivity,
-    )
-    return replace(layout, l2_clip_norms=clip_norms, l2_sensitivity=sensitivity), noised, choice
+    return choice, accumulator
 
 
 def _choose(
@@ -132,12 +104,11 @@ def _choose(
     scales: dict[int, float],
     clip: PrivateClipSettings,
     settings: BuildSettings,
+    epsilon: float,
 ) -> ClipChoice:
     """The ε_clip-DP multiplier from the rows' per-layer norms (seeded only in seeded builds)."""
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-clip-norm"))
-    (event,) = private_clip_events(settings)
-    epsilon = float(event.noise_parameter)
     norms = np.stack([np.linalg.norm(rows[layer], axis=1) for layer in heads.layers], axis=1)  # (m, L)
     multiplier = private_clip_multiplier(
         norms,

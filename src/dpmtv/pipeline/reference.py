@@ -1,20 +1,42 @@
-"""The build's public centering reference (``--center``): what is subtracted from each chunk's
-head outputs before clipping and added back to the release (docs/design.md §2, step 4). It is
-computed from public inputs only (a blank image, or public records checked not to be private by
-:mod:`dpmtv.pipeline.public_inputs`), so it costs no privacy."""
+"""What the release needs of the released heads from public inputs only, so it costs no privacy:
+
+* the centering reference (``--center``): what is subtracted from each chunk's head outputs
+  before clipping and added back to the release (docs/design.md §2, step 4), from a blank image
+  or public records checked not to be private by :mod:`dpmtv.pipeline.public_inputs`;
+* with ``--l2-clip-norm private``, each layer's public scale ``g_l`` (the clip norms are then
+  ``C_l = c·g_l``, :mod:`dpmtv.pipeline.private_clip`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from dpmtv.data.records import load_records
+from dpmtv.errors import ParameterError
 from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.settings import BuildSettings, Centering
 from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 
-__all__ = ["reference_activations"]
+__all__ = ["PublicReference", "public_layer_scales", "public_reference", "reference_activations"]
+
+
+@dataclass(frozen=True)
+class PublicReference:
+    """The release's public inputs over the released heads: the centering reference per layer
+    (zero when not centering) and the private clip's layer scales (None without one)."""
+
+    centering: dict[int, np.ndarray]
+    layer_scales: dict[int, float] | None
+
+
+def public_reference(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> PublicReference:
+    """The centering reference, then (with a private clip norm) the layer scales."""
+    centering = reference_activations(loaded, heads, settings)
+    scales = None if settings.private_clip is None else public_layer_scales(loaded, heads, settings)
+    return PublicReference(centering, scales)
 
 
 def reference_activations(
@@ -28,6 +50,22 @@ def reference_activations(
         layer: np.zeros(width)
         for layer, width in heads.layer_widths(loaded.adapter.geometry.head_dim).items()
     }
+
+
+def public_layer_scales(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, float]:
+    """``g_l``: the L2 norm of the released heads' outputs in each layer on one blank-image prompt
+    (public: no record is read). A zero scale cannot set a clip norm: refused before the release
+    chunks are read (and so, without private selection, before the charge)."""
+    prompt = Prompt((), Example((blank_image(),), settings.query_question))
+    outputs = mean_selected_heads(loaded.adapter, [prompt], heads, batch_size=1)
+    scales = {layer: float(np.linalg.norm(outputs[layer])) for layer in heads.layers}
+    zero = [layer for layer, scale in scales.items() if not (np.isfinite(scale) and scale > 0)]
+    if zero:
+        raise ParameterError(
+            f"--l2-clip-norm private: the released heads' outputs on a blank image have norm 0 (or not "
+            f"finite) in layer(s) {zero}, so no clip norm can be scaled from them; give C as a number"
+        )
+    return scales
 
 
 def _reference_prompts(settings: BuildSettings) -> list[Prompt]:

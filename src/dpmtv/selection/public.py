@@ -101,15 +101,20 @@ def select_public(
     if compare_candidates:
         blocks = layer_block_candidates(loaded.adapter.geometry)
         result = refine_with_best_of(search, result, blocks, metric=metric)
-    details = {
+    details = _details(search, result, num_public_records=len(records))
+    return dataclasses.replace(result, seconds=time.perf_counter() - started, details=details)
+
+
+def _details(search: PublicSearch, result: SelectionResult, *, num_public_records: int) -> dict:
+    """The result's details with the search's public sizes."""
+    return {
         **result.details,
         "shots": search.task.shots,
-        "num_public_records": len(records),
+        "num_public_records": num_public_records,
         "num_train_queries": len(search.task.train),
         "num_dev_queries": len(search.task.dev),
         "kv_cache": search.train.cached,
     }
-    return dataclasses.replace(result, seconds=time.perf_counter() - started, details=details)
 
 
 def _run(search: PublicSearch, method: str, *, k, steps, seed, metric, estimate, batch_size, progress):

@@ -1,0 +1,129 @@
+"""The private part of a build, run by :func:`dpmtv.pipeline.build.build_task_vector` under
+:func:`~dpmtv.pipeline.private_phase.run_private_phase`: each step once, each given what it needs.
+
+1. with private selection: ``charge()``, then the noisy selection on the plan's selection chunks
+   (:mod:`dpmtv.selection.private`);
+2. the public reference over the released heads (:mod:`dpmtv.pipeline.reference`);
+3. the release chunks' clipped sums: at the plan's clip norms (:mod:`dpmtv.pipeline.tasks`), or
+   at norms chosen privately from the chunks (:mod:`dpmtv.pipeline.private_clip`), then Δ and the
+   release planned again from them (:func:`dpmtv.pipeline.plan.plan_chosen_clip`);
+4. the mean, noised once (:func:`dpmtv.privacy.release.release_clipped_sum`), charged just
+   before its draw if nothing was charged yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError
+from dpmtv.executor import Executor
+from dpmtv.heads import HeadSet
+from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.plan import BuildLayout, BuildPlan, plan_chosen_clip
+from dpmtv.pipeline.private_clip import ClipChoice, private_clip_sums
+from dpmtv.pipeline.reference import public_reference
+from dpmtv.pipeline.settings import BuildSettings
+from dpmtv.pipeline.tasks import sum_clipped_chunks
+from dpmtv.privacy import derive_insecure_seed, seeded_rng
+from dpmtv.privacy.release import NoisedVector, release_clipped_sum
+from dpmtv.selection.private import select_private
+from dpmtv.selection.result import SelectionResult
+
+__all__ = ["PrivateRelease", "private_release"]
+
+
+@dataclass(frozen=True)
+class PrivateRelease:
+    """What the private part of a build gives the artifact: the released heads and their
+    selection record, the public centering reference, the noised release, the layout with the
+    clip norms and Δ used, and the private clip choice (None when C was given)."""
+
+    heads: HeadSet
+    head_selection: dict[str, Any]
+    reference: dict[int, np.ndarray]
+    noised: NoisedVector
+    layout: BuildLayout
+    clip_choice: ClipChoice | None
+
+
+def private_release(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet | None,
+    settings: BuildSettings,
+    plan: BuildPlan,
+    charge: Callable[[], None],
+    executor: Executor | None,
+) -> PrivateRelease:
+    """(Private selection,) the public reference, the clipped sums (with a private clip norm: the
+    chosen C and its plan), noise once (module docstring). ``heads`` is None with private
+    selection; ``charge()`` charges the ledger the first time it is called."""
+    head_selection = settings.head_selection
+    if heads is None:
+        charge()
+        selection = _select_privately(loaded, records, plan, settings, executor)
+        heads, head_selection = selection.heads, selection.to_metadata()
+    public = public_reference(loaded, heads, settings)
+    release_part, choice = plan.layout.release_part, None
+    if settings.private_clip is None:
+        norms = plan.layout.l2_clip_norms
+        sums = sum_clipped_chunks(
+            loaded, records, release_part, heads, settings, public.centering, norms, executor=executor
+        )
+    else:
+        choice, sums = private_clip_sums(
+            loaded,
+            records,
+            release_part,
+            heads,
+            settings,
+            public,
+            epsilon=plan.clip_epsilon,
+            charge=charge,
+            executor=executor,
+        )
+        plan = plan_chosen_clip(plan, choice.l2_clip_norms, heads, settings)
+    noised = release_clipped_sum(
+        sums,
+        num_chunks=release_part.num_chunks,
+        plan=plan.release,
+        sampler=plan.sampler,
+        before_noise=charge,  # a non-private build is recorded too (a ledger voids the dataset)
+        allow_non_private=settings.non_private,
+        l2_sensitivity=plan.layout.l2_sensitivity,
+    )
+    return PrivateRelease(heads, head_selection, public.centering, noised, plan.layout, choice)
+
+
+def _select_privately(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    plan: BuildPlan,
+    settings: BuildSettings,
+    executor: Executor | None,
+) -> SelectionResult:
+    """The private head selection on the plan's selection chunks (its noise is drawn here)."""
+    selection_plan = plan.selection
+    if selection_plan is None:  # build: no head set comes with private selection settings
+        raise ParameterError("private selection needs private selection settings")
+    seed = settings.insecure_seed
+    rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
+    return select_private(
+        loaded,
+        records,
+        plan.layout.selection_part,
+        shots_per_chunk=settings.shots_per_chunk,
+        plan=selection_plan,
+        pool=plan.candidates,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        rng=rng,
+        progress=settings.progress,
+        executor=executor,
+        prepare_workers=settings.prepare_workers,
+        private_batch_size=settings.private_batch_size or 1,
+    )
