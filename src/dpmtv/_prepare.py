@@ -20,7 +20,11 @@ forward pass, and return nothing else.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+import pickle
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -29,7 +33,7 @@ from dpmtv._prepare_pool import Failed, WorkerPool
 
 T = TypeVar("T")
 
-__all__ = ["default_prepare_workers", "prepared", "resolve_prepare_workers"]
+__all__ = ["default_prepare_workers", "prepared", "resolve_prepare_workers", "reusing_workers"]
 
 MAX_DEFAULT_WORKERS = 8  # beyond this a single forward pass is rarely the slower side
 
@@ -59,12 +63,19 @@ def prepared(
     timings: PipelineTimings | None = None,
 ) -> Iterator[T]:
     """``prepare(0), …, prepare(count-1)`` in order, made by ``workers`` processes up to ``depth``
-    items each ahead (``workers`` 0: one background thread; ``depth`` 0 as well: inline)."""
+    items each ahead (``workers`` 0: one background thread; ``depth`` 0 as well: inline). Inside
+    :func:`reusing_workers` the processes are those of the block's earlier passes."""
     if workers < 1 or count < 2 or depth < 1:
         yield from prefetched(prepare, count, depth=depth, timings=timings)
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread per worker process
-    pool = WorkerPool(prepare, count, min(workers, count), depth)
+    scope = _SCOPE.get()
+    job = _pickled((prepare, count, depth)) if scope is not None else None
+    if scope is None or job is None:
+        pool = WorkerPool(min(workers, count), inherited=(prepare, count, depth))
+    else:
+        pool = scope.take(workers)
+        pool.start(job, count, depth)
     finished = False
     try:
         for index in range(count):
@@ -75,4 +86,62 @@ def prepared(
             yield item
         finished = True
     finally:  # the consumer stopped early or failed: the workers are ended at once
-        pool.close(finished=finished)
+        if finished and scope is not None and job is not None:
+            scope.give_back(pool)
+        else:
+            pool.close(finished=finished)
+
+
+@contextlib.contextmanager
+def reusing_workers() -> Iterator[None]:
+    """Passes inside the block reuse their prepare workers: forked at the first pass and ended
+    when the block ends, not once per pass (a build's selection, clip and release passes). Each
+    pass's ``prepare`` then reaches the workers pickled (one that cannot be pickled gets its own
+    workers, as outside the block); a pass stopped early ends its workers."""
+    scope = _Reused()
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+        scope.close()
+
+
+class _Reused:
+    """The idle pools of one :func:`reusing_workers` block, by worker count."""
+
+    def __init__(self) -> None:
+        self._idle: dict[int, WorkerPool] = {}
+        self._lock = threading.Lock()
+
+    def take(self, workers: int) -> WorkerPool:
+        with self._lock:
+            pool = self._idle.pop(workers, None)
+        if pool is not None and not pool.alive():
+            pool.close()
+            pool = None
+        return WorkerPool(workers) if pool is None else pool
+
+    def give_back(self, pool: WorkerPool) -> None:
+        with self._lock:
+            spare = self._idle.get(pool.workers)
+            if spare is None:
+                self._idle[pool.workers] = pool
+        if spare is not None:  # a concurrent pass made a second pool of this size
+            pool.close(finished=True)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._idle = list(self._idle.values()), {}
+        for pool in pools:
+            pool.close(finished=True)
+
+
+_SCOPE: contextvars.ContextVar[_Reused | None] = contextvars.ContextVar("dpmtv_prepare_scope", default=None)
+
+
+def _pickled(job: Any) -> bytes | None:
+    try:
+        return pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None

@@ -23,8 +23,8 @@ consumer's process is gone, and are terminated when the consumer stops early.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-import os
 import pickle
 import signal
 from collections.abc import Callable
@@ -33,7 +33,6 @@ from typing import Any
 
 __all__ = ["Failed", "WorkerPool"]
 
-_PARENT_CHECK_S = 1.0  # how often a worker waiting for a credit checks its consumer is alive
 _JOIN_S = 5.0  # how long a finished worker is given to exit before it is terminated
 
 
@@ -53,81 +52,143 @@ class _Tensors:
 
 
 class WorkerPool:
-    """``workers`` forked processes preparing ``prepare(index)`` for ``index < count``."""
+    """``workers`` forked processes, each preparing its share of the items of one pass at a time.
 
-    def __init__(self, prepare: Callable[[int], Any], count: int, workers: int, depth: int):
+    A pass's ``prepare`` reaches the workers pickled (:meth:`start`), so a pool can serve several
+    passes; one that cannot be pickled is inherited instead, by a pool forked for that pass
+    (``inherited``). Between passes the workers hold nothing of the last one."""
+
+    def __init__(self, workers: int, inherited: tuple[Callable[[int], Any], int, int] | None = None):
         context = multiprocessing.get_context("fork")
-        self._count, self._workers = count, workers
-        self._pipes: list[Any] = []
-        self._credits: list[Any] = []
+        self.workers = workers
+        self._commands: list[Any] = []
+        self._results: list[Any] = []
         self._processes: list[Any] = []
-        parent = os.getpid()
+        self._count, self._depth = (inherited[1], inherited[2]) if inherited is not None else (0, 0)
         try:
             for worker in range(workers):
-                reader, writer = context.Pipe(duplex=False)
-                credits = context.Semaphore(depth)
+                commands, command_writer = context.Pipe(duplex=False)
+                result_reader, results = context.Pipe(duplex=False)
+                theirs = [*self._commands, *self._results, command_writer, result_reader]
                 process = context.Process(
-                    target=_work, args=(prepare, worker, workers, count, writer, credits, parent),
+                    target=_serve, args=(worker, workers, commands, results, theirs, inherited),
                     name=f"dpmtv-prepare-{worker}", daemon=True,
                 )  # fmt: skip
                 process.start()
-                writer.close()  # the worker holds the only writing end: its exit reads as EOF here
-                self._pipes.append(reader)
-                self._credits.append(credits)
+                commands.close()  # the worker holds the only reading/writing ends: its exit reads as EOF
+                results.close()
+                self._commands.append(command_writer)
+                self._results.append(result_reader)
                 self._processes.append(process)
         except BaseException:
             self.close()
             raise
 
+    def start(self, job: bytes, count: int, depth: int) -> None:
+        """Begins a pass: ``job`` is ``pickle.dumps((prepare, count, depth))``."""
+        self._count, self._depth = count, depth
+        for worker in range(self.workers):
+            self._send(worker, _JOB_TAG + job)
+
     def receive(self, index: int, pin_memory: bool = False) -> Any:
         """Item ``index`` (items must be received in order), its worker given one more credit."""
-        worker = index % self._workers
+        worker = index % self.workers
         try:
-            item = _receive(self._pipes[worker], pin_memory)
+            item = _receive(self._results[worker], pin_memory)
         except (EOFError, OSError) as exc:
-            process = self._processes[worker]
-            process.join(timeout=_JOIN_S)
-            raise RuntimeError(
-                f"a prepare worker process (pid {process.pid}) exited with code {process.exitcode} "
-                "during the pass (killed, or out of memory?); rerun with --prepare-workers 0 to "
-                "prepare the inputs in this process"
-            ) from exc
-        if index + self._workers < self._count:
-            self._credits[worker].release()
+            raise self._died(worker) from exc
+        if index + self._depth * self.workers < self._count:  # the worker's item `depth` later
+            self._send(worker, _CREDIT)
         return item
 
+    def _send(self, worker: int, message: bytes) -> None:
+        try:
+            self._commands[worker].send_bytes(message)
+        except OSError as exc:
+            raise self._died(worker) from exc
+
+    def _died(self, worker: int) -> RuntimeError:
+        process = self._processes[worker]
+        process.join(timeout=_JOIN_S)
+        return RuntimeError(
+            f"a prepare worker process (pid {process.pid}) exited with code {process.exitcode} "
+            "during the pass (killed, or out of memory?); rerun with --prepare-workers 0 to "
+            "prepare the inputs in this process"
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes]
+
+    def alive(self) -> bool:
+        return bool(self._processes) and all(process.is_alive() for process in self._processes)
+
     def close(self, finished: bool = False) -> None:
-        """Ends the workers: lets finished ones exit (``finished``), else terminates them."""
-        for process in self._processes:
+        """Ends the workers: asks idle ones to exit (``finished``), else terminates them."""
+        for worker, process in enumerate(self._processes):
             if finished:
+                with contextlib.suppress(OSError):
+                    self._commands[worker].send_bytes(_EXIT)
                 process.join(timeout=_JOIN_S)
             if process.is_alive():
                 process.terminate()
             process.join()
-        for pipe in self._pipes:
+        for pipe in (*self._commands, *self._results):
             pipe.close()
-        self._processes, self._pipes = [], []
+        self._processes, self._commands, self._results = [], [], []
 
 
-def _work(
-    prepare: Callable[[int], Any], first: int, step: int, count: int, conn: Any, credits: Any, parent: int
+_CREDIT, _EXIT, _JOB_TAG = b"C", b"X", b"J"
+
+
+def _serve(
+    first: int,
+    step: int,
+    commands: Any,
+    results: Any,
+    theirs: list[Any],
+    inherited: tuple[Callable[[int], Any], int, int] | None,
 ) -> None:
+    """A worker: passes until told to exit, or until the consumer's process is gone (EOF)."""
+    for pipe in theirs:  # the consumer's ends of this and earlier workers' pipes
+        pipe.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle
     _one_torch_thread()
+    job = inherited
     try:
-        for index in range(first, count, step):
-            while not credits.acquire(timeout=_PARENT_CHECK_S):
-                if os.getppid() != parent:
-                    return  # the consumer's process is gone: nobody reads what follows
-            try:
-                item = prepare(index)
-            except Exception as exc:  # noqa: BLE001 (re-raised by the consumer at this item)
-                item = Failed(exc)
-            _send(conn, item)
+        while True:
+            if job is None:
+                message = commands.recv_bytes()
+                if message[:1] != _JOB_TAG:
+                    return
+                job = pickle.loads(message[1:])
+            if not _one_pass(job, first, step, commands, results):
+                return
+            job = None  # nothing of the pass is kept
     except (BrokenPipeError, EOFError):
-        return  # the consumer stopped reading
+        return  # the consumer stopped reading, or its process is gone
     finally:
-        conn.close()
+        results.close()
+
+
+def _one_pass(
+    job: tuple[Callable[[int], Any], int, int], first: int, step: int, commands: Any, results: Any
+) -> bool:
+    prepare, count, depth = job
+    indices = range(first, count, step)
+    credits = min(depth, len(indices))
+    for index in indices:
+        if credits == 0:
+            if commands.recv_bytes() != _CREDIT:
+                return False
+            credits = 1
+        credits -= 1
+        try:
+            item = prepare(index)
+        except Exception as exc:  # noqa: BLE001 (re-raised by the consumer at this item)
+            item = Failed(exc)
+        _send(results, item)
+    return True
 
 
 def _one_torch_thread() -> None:

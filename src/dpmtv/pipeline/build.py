@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dpmtv._build_time import build_timestamp, timestamp_seconds
+from dpmtv._prepare import reusing_workers
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
@@ -162,6 +163,7 @@ def build_task_vector(
     return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
 
 
+@reusing_workers()  # the selection, clip and release passes share their prepare workers
 def _private_release(
     loaded: LoadedModel,
     records: Sequence[Record],
