@@ -47,8 +47,11 @@ def main() -> None:
             versions_in_turn = list(versions.items())
             if round_index % 2:
                 versions_in_turn.reverse()  # A B, B A, A B, …: neither always runs first
-            rounds.append({label: run_once(src, benchmark, Path(tmp) / f"{label}.json") for label, src in versions_in_turn})
-            print(json.dumps({label: run["result"] for label, run in rounds[-1].items()}, indent=1)[:2000])
+            out = Path(tmp) / "run.json"
+            rounds.append({label: run_once(src, benchmark, out) for label, src in versions_in_turn})
+            for label, run in rounds[-1].items():
+                figures = {k: v for k, v in run["result"].items() if k != "all_runs"}
+                print(label, [round(x[0], 1) for x in run["load_average_before_after"]], json.dumps(figures))
     document = {
         "command": " ".join(["python", "benchmarks/side_by_side.py", *sys.argv[1:]]),
         "versions": versions, "cpus": os.cpu_count(), "rounds": rounds,
