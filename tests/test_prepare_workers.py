@@ -159,3 +159,27 @@ def test_a_worker_killed_mid_pass_is_an_error_not_a_hang(reusing):
                 got.append(item)
         assert [value for value, _ in prepared(_square_with_pid, 4, workers=2)] == [0, 1, 4, 9]
     assert got == [0, 1]
+
+
+class _Heavy:
+    """A pass whose job pickles larger than the limit (records holding their images in memory)."""
+
+    def __init__(self, size: int):
+        self.payload = bytes(size)
+
+    def __call__(self, index: int) -> tuple[int, int]:
+        return index + len(self.payload), os.getpid()
+
+
+def test_a_job_too_large_to_pickle_gets_workers_that_inherit_it(monkeypatch):
+    from dpmtv import _prepare
+
+    monkeypatch.setattr(_prepare, "MAX_PICKLED_JOB", 1000)
+    assert _prepare._pickled(_Heavy(10)) is not None and _prepare._pickled(_Heavy(2000)) is None
+    with _prepare.reusing_workers():
+        light = list(prepared(_Heavy(10), 4, workers=2))
+        heavy = list(prepared(_Heavy(2000), 4, workers=2))
+        again = list(prepared(_Heavy(20), 4, workers=2))
+    assert [v for v, _ in heavy] == [2000, 2001, 2002, 2003]
+    assert {pid for _, pid in light} == {pid for _, pid in again}  # the block's workers
+    assert not {pid for _, pid in heavy} & {pid for _, pid in light}  # forked for that pass

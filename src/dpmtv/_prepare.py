@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import os
 import pickle
 import threading
@@ -140,8 +141,30 @@ class _Reused:
 _SCOPE: contextvars.ContextVar[_Reused | None] = contextvars.ContextVar("dpmtv_prepare_scope", default=None)
 
 
+MAX_PICKLED_JOB = 64 << 20  # bytes: a pass whose records hold their images in memory forks instead
+
+
 def _pickled(job: Any) -> bytes | None:
+    """``job`` pickled, or None when it cannot be or would exceed :data:`MAX_PICKLED_JOB` (the
+    pickling stops there): such a pass gets workers that inherit it."""
+    out = _Bounded(MAX_PICKLED_JOB)
     try:
-        return pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):
+        pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(job)
+    except (pickle.PicklingError, TypeError, AttributeError, _TooLarge):
         return None
+    return out.getvalue()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Bounded(io.BytesIO):
+    def __init__(self, limit: int):
+        super().__init__()
+        self._limit = limit
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(memoryview(data)) > self._limit:
+            raise _TooLarge
+        return super().write(data)

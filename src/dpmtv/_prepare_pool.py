@@ -1,5 +1,5 @@
-"""The worker processes of the input pipeline (:mod:`dpmtv._prepare`): forked once per pass,
-each computing its share of ``prepare(0), …, prepare(count-1)`` and sending it back on a pipe.
+"""The worker processes of the input pipeline (:mod:`dpmtv._prepare`): forked processes, each
+computing its share of a pass's ``prepare(0), …, prepare(count-1)`` and sending it back on a pipe.
 
 Why not torch's ``DataLoader``: on a 2-core machine its start-up and shut-down (about 0.1 s per
 pass) and its per-item cost (an index queue, a result queue with a feeder thread, and every
@@ -8,17 +8,20 @@ a large part of a pass of 16 chunks. Here:
 
 - worker ``w`` of ``n`` prepares items ``w, w+n, w+2n, …`` (a static round-robin: no index queue,
   and the consumer knows which pipe holds item ``i``);
-- a worker prepares at most ``depth`` items ahead of the consumer (a semaphore of credits per
-  worker, released when the consumer takes an item);
+- a worker prepares at most ``depth`` items ahead of the consumer (credits: the consumer sends one
+  when it takes an item, on the worker's command pipe);
 - an item that is a dict of contiguous CPU tensors travels as a small pickled header (keys,
   dtypes, shapes) and then each tensor's raw bytes, received straight into a fresh tensor (in
   pinned memory when asked, so no second copy); any other item (``None``, an error, a tuple) is
   pickled whole. The bytes are the worker's bytes: the consumer gets bitwise what ``prepare``
-  returned.
+  returned;
+- a pool serves several passes (:func:`dpmtv._prepare.reusing_workers`): a pass's ``prepare``
+  reaches the workers pickled, and they drop it when the pass ends; a pool forked for one pass
+  inherits its ``prepare`` instead (nothing pickled).
 
-Workers are forked (they inherit ``prepare``, nothing is pickled to them), run one torch thread,
-ignore SIGINT (the consumer handles it and ends them), exit after their last item or when the
-consumer's process is gone, and are terminated when the consumer stops early.
+Workers run one torch thread, ignore SIGINT (the consumer handles it and ends them), exit when
+told, or when the consumer's process is gone (their command pipe reads EOF), and are terminated
+when the consumer stops a pass early.
 """
 
 from __future__ import annotations
