@@ -20,7 +20,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # prepare workers feeding the real forward pass (waiting share) and 2-over-1 prepare throughput
 "$PY" benchmarks/prepare_workers.py --device cuda --forward-ms 0 --chunks 64 --repeats 3 \
     --out benchmarks/results/prepare_workers_gpu.json
-"$PY" benchmarks/prepare_workers.py --device cuda --forward-ms 5 --chunks 64 --repeats 3 \
+"$PY" benchmarks/prepare_workers.py --device cuda --forward-ms 5 --forward-ms-sweep 2,10,20 --chunks 64 --repeats 3 \
     --out benchmarks/results/prepare_workers_gpu_stub5ms.json
 # peak RSS of a datasets folder, N = 4096 over N = 256 (images decoded when a chunk is prepared)
 "$PY" benchmarks/datasets_memory.py --src after="$PWD/src" --out benchmarks/results/datasets_memory_gpu.json

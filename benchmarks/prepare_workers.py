@@ -12,6 +12,13 @@ the build's private passes do (dpmtv.extract.prepared_inputs). The stubbed forwa
 (``--forward-ms 0``: the real forward pass, e.g. on a GPU with ``--device cuda``). Runs
 alternate (1 worker, 2 workers, ...) and the best of ``--repeats`` counts; the load average is
 recorded, since other processes share the CPUs.
+
+Within a build the private passes share their prepare workers (``dpmtv._prepare.reusing_workers``):
+the figures are for such a pass (one warm-up pass of each kind first, not counted), and
+``fresh_workers`` repeats the prepare throughput with workers forked for the pass (a build's first
+pass). ``cpu_ms_per_chunk`` is the CPU time of this process and its workers per chunk prepared,
+which the machine's load changes far less than wall time. ``--forward-ms-sweep`` adds the wait
+share with 2 workers at other stub times (e.g. the stub time at which it falls to 0.10).
 """
 
 from __future__ import annotations
@@ -44,14 +51,41 @@ def chunk_prompts(folder: Path, chunks: int, px: int):
     return ChunkPrompts(records, partition, shots_per_chunk=shots, query="record", query_question="")
 
 
-def prepare_rate(adapter, prompts, workers: int) -> float:
-    """Chunks prepared per second (nothing else runs)."""
+def reusing_workers():
+    """The build's block of passes sharing prepare workers (nothing, in versions without it)."""
+    import contextlib
+
+    from dpmtv import _prepare
+
+    return getattr(_prepare, "reusing_workers", contextlib.nullcontext)()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process, its reaped children and its live ones (prepare workers)."""
+    import multiprocessing
+    import resource
+
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    for child in multiprocessing.active_children():
+        try:
+            fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def prepare_rate(adapter, prompts, workers: int) -> dict:
+    """Chunks prepared per second (nothing else runs), and CPU ms per chunk."""
     from dpmtv.extract import prepared_inputs
 
-    started = time.perf_counter()
+    cpu, started = cpu_seconds(), time.perf_counter()
     for _ in prepared_inputs(adapter, prompts, max_prompt_tokens=4096, workers=workers):
         pass
-    return len(prompts) / (time.perf_counter() - started)
+    wall = time.perf_counter() - started
+    cpu_ms = 1e3 * (cpu_seconds() - cpu) / len(prompts)
+    return {"chunks_per_s": len(prompts) / wall, "cpu_ms_per_chunk": cpu_ms}
 
 
 def wait_share(adapter, prompts, workers: int, forward_s: float) -> dict:
@@ -73,11 +107,64 @@ def wait_share(adapter, prompts, workers: int, forward_s: float) -> dict:
     return {"forward_waits_fraction": timings.wait_s / wall, "chunks_per_s": len(prompts) / wall}
 
 
+def measure(adapter, prompts, options) -> dict:
+    """All runs, alternating: prepare rates (in a block, and with fresh workers), wait shares."""
+    rates: dict[int, list[dict]] = {1: [], 2: []}
+    fresh: dict[int, list[dict]] = {1: [], 2: []}
+    shares: dict[int, list[dict]] = {0: [], 2: []}
+    sweep: dict[float, list[dict]] = {ms: [] for ms in options.forward_ms_sweep}
+    forward_s = options.forward_ms / 1e3
+    for _ in range(options.repeats):
+        for workers in fresh:
+            fresh[workers].append(prepare_rate(adapter, prompts, workers))
+    with reusing_workers():
+        for workers in rates:  # warm-up: the block's workers are forked here
+            prepare_rate(adapter, prompts, workers)
+        for _ in range(options.repeats):
+            for workers in rates:
+                rates[workers].append(prepare_rate(adapter, prompts, workers))
+            for workers in shares:
+                shares[workers].append(wait_share(adapter, prompts, workers, forward_s))
+            for ms in sweep:
+                sweep[ms].append(wait_share(adapter, prompts, 2, ms / 1e3))
+    return {"prepare": rates, "prepare_fresh_workers": fresh, "wait_share": shares, "wait_share_sweep": sweep}
+
+
+def milliseconds(text: str) -> list[float]:
+    return [float(value) for value in text.split(",") if value]
+
+
+def summary(runs: dict, forward_ms: float) -> dict:
+    """The best run of each kind (prepare: the fastest; wait share: the smallest)."""
+
+    def rates(kind: str) -> dict:
+        best = {w: max(r["chunks_per_s"] for r in runs[kind][w]) for w in (1, 2)}
+        return {"prepare_chunks_per_s": {f"workers_{w}": rate for w, rate in best.items()},
+                "speedup_prepare_2_workers_over_1": best[2] / best[1]}  # fmt: skip
+
+    def best_share(share_runs: list[dict]) -> dict:
+        return min(share_runs, key=lambda r: r["forward_waits_fraction"])
+
+    cpu = {f"workers_{w}": min(r["cpu_ms_per_chunk"] for r in runs["prepare"][w]) for w in (1, 2)}
+    sweep = {str(ms): best_share(share_runs) for ms, share_runs in runs["wait_share_sweep"].items()}
+    return {
+        **rates("prepare"),
+        "cpu_ms_per_chunk": cpu,
+        "fresh_workers": rates("prepare_fresh_workers"),
+        "stubbed_forward_ms": forward_ms,
+        "workers_2": best_share(runs["wait_share"][2]),
+        "background_thread": best_share(runs["wait_share"][0]),
+        "workers_2_by_stubbed_forward_ms": sweep,
+        "all_runs": runs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunks", type=int, default=24)
     parser.add_argument("--px", type=int, default=384)
     parser.add_argument("--forward-ms", type=float, default=20.0)
+    parser.add_argument("--forward-ms-sweep", type=milliseconds, default=[], help="e.g. 30,40,60")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="benchmarks/results/prepare_workers.json")
@@ -86,24 +173,10 @@ def main() -> None:
 
     loaded = load_model("embedded", device=options.device)
     load_before = os.getloadavg()
-    rates: dict[int, list[float]] = {1: [], 2: []}
-    shares: dict[int, list[dict]] = {0: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp:
-        prompts = chunk_prompts(Path(tmp), options.chunks, options.px)
-        for _ in range(options.repeats):
-            for workers in rates:
-                rates[workers].append(prepare_rate(loaded.adapter, prompts, workers))
-            for workers in shares:
-                shares[workers].append(wait_share(loaded.adapter, prompts, workers, options.forward_ms / 1e3))
-    best = {w: min(runs, key=lambda r: r["forward_waits_fraction"]) for w, runs in shares.items()}
-    result = {
-        "prepare_chunks_per_s": {f"workers_{w}": max(r) for w, r in rates.items()},
-        "speedup_prepare_2_workers_over_1": max(rates[2]) / max(rates[1]),
-        "stubbed_forward_ms": options.forward_ms,
-        "workers_2": best[2],
-        "background_thread": best[0],
-        "all_runs": {"prepare_chunks_per_s": rates, "wait_share": shares},
-    }
+        runs = measure(loaded.adapter, chunk_prompts(Path(tmp), options.chunks, options.px), options)
+
+    result = summary(runs, options.forward_ms)
     document = {
         "command": " ".join(["python", "benchmarks/prepare_workers.py", *sys.argv[1:]]),
         "model": "embedded", "chunks": options.chunks, "shots": 8, "image_px": options.px,
@@ -112,7 +185,7 @@ def main() -> None:
         "result": result,
     }  # fmt: skip
     Path(options.out).write_text(json.dumps(document, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "all_runs"}, indent=2))
 
 
 if __name__ == "__main__":

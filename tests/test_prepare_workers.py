@@ -3,7 +3,9 @@ forward pass sees bitwise what the sequential loop gives it (docs/design.md §13
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -107,3 +109,77 @@ def test_private_votes_with_workers_are_bitwise_the_sequential_ones(tiny_llava, 
     for one, other in zip(sequential, in_workers, strict=True):
         if one is not None:
             assert one.dtype == other.dtype and bool((one == other).all())
+
+
+def _cube_with_pid(index: int) -> tuple[int, int]:
+    return index**3, os.getpid()
+
+
+def test_passes_in_a_reusing_block_share_their_worker_processes():
+    from dpmtv._prepare import reusing_workers
+
+    with reusing_workers():
+        first = list(prepared(_square_with_pid, 7, workers=2, depth=1))
+        second = list(prepared(_cube_with_pid, 5, workers=2, depth=3))
+        third = list(prepared(lambda index: (-index, os.getpid()), 3, workers=2, depth=2))  # not picklable
+    assert [value for value, _ in first] == [i * i for i in range(7)]
+    assert [value for value, _ in second] == [i**3 for i in range(5)]
+    assert [value for value, _ in third] == [0, -1, -2]
+    assert {pid for _, pid in first} == {pid for _, pid in second} and len({pid for _, pid in first}) == 2
+    assert not {pid for _, pid in third} & {pid for _, pid in first}  # its own workers (inherited)
+    assert os.getpid() not in {pid for _, pid in first + second + third}
+
+
+def test_a_pass_stopped_early_in_a_reusing_block_ends_its_workers_and_the_next_pass_runs():
+    from dpmtv._prepare import reusing_workers
+
+    with reusing_workers():
+        with pytest.raises(RecordError):
+            list(prepared(_fail_at_three, 8, workers=2, depth=2))
+        stopped = prepared(_square_with_pid, 9, workers=2, depth=2)
+        assert next(stopped)[0] == 0
+        stopped.close()
+        assert [value for value, _ in prepared(_square_with_pid, 6, workers=2)] == [i * i for i in range(6)]
+
+
+def _killed_at_two(index: int) -> int:
+    if index == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return index
+
+
+@pytest.mark.parametrize("reusing", [False, True])
+def test_a_worker_killed_mid_pass_is_an_error_not_a_hang(reusing):
+    from dpmtv._prepare import reusing_workers
+
+    got = []
+    with reusing_workers() if reusing else contextlib.nullcontext():
+        with pytest.raises(RuntimeError, match=r"prepare worker process \(pid \d+\) exited with code -9"):
+            for item in prepared(_killed_at_two, 6, workers=2, depth=1):
+                got.append(item)
+        assert [value for value, _ in prepared(_square_with_pid, 4, workers=2)] == [0, 1, 4, 9]
+    assert got == [0, 1]
+
+
+class _Heavy:
+    """A pass whose job pickles larger than the limit (records holding their images in memory)."""
+
+    def __init__(self, size: int):
+        self.payload = bytes(size)
+
+    def __call__(self, index: int) -> tuple[int, int]:
+        return index + len(self.payload), os.getpid()
+
+
+def test_a_job_too_large_to_pickle_gets_workers_that_inherit_it(monkeypatch):
+    from dpmtv import _prepare
+
+    monkeypatch.setattr(_prepare, "MAX_PICKLED_JOB", 1000)
+    assert _prepare._pickled(_Heavy(10)) is not None and _prepare._pickled(_Heavy(2000)) is None
+    with _prepare.reusing_workers():
+        light = list(prepared(_Heavy(10), 4, workers=2))
+        heavy = list(prepared(_Heavy(2000), 4, workers=2))
+        again = list(prepared(_Heavy(20), 4, workers=2))
+    assert [v for v, _ in heavy] == [2000, 2001, 2002, 2003]
+    assert {pid for _, pid in light} == {pid for _, pid in again}  # the block's workers
+    assert not {pid for _, pid in heavy} & {pid for _, pid in light}  # forked for that pass

@@ -168,7 +168,9 @@ class ModelAdapter:
         )
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", **padding}
         if any(prompt.all_images() for prompt in prompts):
-            kwargs["images"] = self.processor_images(prompts)
+            from dpmtv.models.processors import presized_images
+
+            kwargs["images"] = presized_images(self.processor, self.processor_images(prompts))
         batch = self._run_processor(kwargs)
         return {key: value.to(self.input_device) for key, value in batch.items()}
 

@@ -85,3 +85,59 @@ def _wants_video_processor(processor_cls: type, exc: BaseException) -> bool:
     text = str(exc).lower()
     takes_video = "video_processor" in inspect.signature(processor_cls.__init__).parameters
     return takes_video and ("video" in text or "torchvision" in text)
+
+
+# The methods of transformers' PIL image processors that make "convert to RGB, then PIL-resize to
+# the processor's size" the first steps: a processor class overriding none of them follows them.
+_PIL_PIPELINE_METHODS = (
+    "preprocess", "_preprocess", "_preprocess_image_like_inputs", "_prepare_image_like_inputs",
+    "process_image", "convert_to_rgb", "resize",
+)  # fmt: skip
+
+
+def presized_images(processor: Any, images: Any) -> Any:
+    """``images`` (nested lists of PIL images) each resized now as the processor's image processor
+    would resize it first, when that first step is PIL's ``resize`` to one fixed (height, width):
+    the processor's own resize is then a copy (Pillow returns a copy at the same size), so its
+    outputs are bitwise those of the full-size images (tested), and the full-size pixels are not
+    copied to numpy and back to PIL. Other processors, and images the processor would convert
+    (not plain RGB: alpha, a transparency key), are left as they are."""
+    resize = _fixed_pil_resize(getattr(processor, "image_processor", None))
+    if resize is None:
+        return images
+    return _map_images(images, resize)
+
+
+def _fixed_pil_resize(image_processor: Any) -> Any:
+    """``image -> image.resize(...)`` exactly as ``image_processor`` resizes first, or None."""
+    try:
+        from PIL import Image
+        from transformers.image_processing_backends import PilBackend
+    except ImportError:
+        return None
+    if not isinstance(image_processor, PilBackend) or not getattr(image_processor, "do_resize", False):
+        return None
+    if any(
+        getattr(type(image_processor), name) is not getattr(PilBackend, name)
+        for name in _PIL_PIPELINE_METHODS
+    ):
+        return None
+    size, resample = image_processor.size, image_processor.resample
+    fixed = getattr(size, "height", None) and getattr(size, "width", None)
+    others = ("shortest_edge", "longest_edge", "max_height", "max_width", "min_pixels", "max_pixels")
+    if not fixed or any(getattr(size, name, None) for name in others) or not isinstance(resample, int):
+        return None
+    target = (int(size.width), int(size.height))
+
+    def resize(image: Any) -> Any:
+        if not isinstance(image, Image.Image) or image.mode != "RGB" or "transparency" in image.info:
+            return image
+        return image.resize(target, resample=Image.Resampling(resample), reducing_gap=None)
+
+    return resize
+
+
+def _map_images(images: Any, resize: Any) -> Any:
+    if isinstance(images, list | tuple):
+        return type(images)(_map_images(item, resize) for item in images)
+    return resize(images)

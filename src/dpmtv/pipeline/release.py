@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv._prepare import reusing_workers
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.executor import Executor
@@ -51,6 +52,7 @@ class PrivateRelease:
     clip_choice: ClipChoice | None
 
 
+@reusing_workers()  # the selection, clip and release passes share their prepare workers
 def private_release(
     loaded: LoadedModel,
     records: Sequence[Record],
