@@ -134,14 +134,8 @@ def public_release(loaded, task: Task, config: DemoConfig) -> tuple[HeadSet, tup
 
 
 def _benchmark(run: _TaskRun, config: DemoConfig) -> Benchmark:
-    return embedded_benchmark(
-        run.task,
-        seed=run.seed,
-        num_train=config.records_per_task,
-        num_test=config.test_queries,
-        ceiling=run.ceiling,
-        typed=run.typed,
-    )
+    sizes = {"num_train": config.records_per_task, "num_test": config.test_queries}
+    return embedded_benchmark(run.task, seed=run.seed, ceiling=run.ceiling, typed=run.typed, **sizes)
 
 
 def _evaluate(loaded, benchmark: Benchmark, run: _TaskRun, settings) -> list[RunResult]:
