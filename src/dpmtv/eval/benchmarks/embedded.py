@@ -35,7 +35,7 @@ GROUP_TITLES = {
 
 
 class EmbeddedScorer(ExactMatchScorer):
-    """Normalised exact match of the answer word; ``deciding_accuracy`` on deciding-cell queries only."""
+    """Normalised exact match of the answer word, and deciding_accuracy on the deciding-cell queries only"""
 
     metrics = ("accuracy", "token_recall", "deciding_accuracy")
 
@@ -145,8 +145,8 @@ def recognition_lines(details: Mapping[str, Any]) -> list[str]:
         f"Group: {GROUP_TITLES[details['group']]}; training drew its table (or complement): "
         f"{'yes' if details['trained'] else 'no'}. Recognition ceiling {ceiling['accuracy']:.3f} "
         f"(`{ceiling['rule']}`, the best trained table on the test queries); its {len(cells)} deciding "
-        f"cells (where it answers wrong): {shown or 'none'}; {details['deciding_count']} test queries "
-        "lie in them, scored by `deciding_accuracy`.",
+        f"cells (where it answers wrong): {shown or 'none'}; test queries in them, scored by "
+        f"`deciding_accuracy`: {details['deciding_count']}.",
         "",
     ]
 
