@@ -59,11 +59,12 @@ def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | N
         for seed in config.seeds:
             for name, task in tasks.items():
                 run = _TaskRun(task, seed, ceilings[name], name in config.rules, *public[name])
-                task_rows, release = _task_rows(loaded, run, config)
+                benchmark = _benchmark(run, config)
+                task_rows, release = _task_rows(loaded, run, benchmark, config)
                 rows += task_rows
                 releases.setdefault(name, release)
                 if seed == config.seeds[0]:  # one seed: the 64-shot prompts dominate the run time
-                    shot_rows += _shot_curve_rows(loaded, run, config)
+                    shot_rows += _shot_curve_rows(loaded, run, benchmark, config)
                 advance(1)
     first = next(iter(tasks))
     artifact = _write_artifact(loaded, config, tasks[first], public[first], out)
@@ -144,9 +145,8 @@ def _evaluate(loaded, benchmark: Benchmark, run: _TaskRun, settings) -> list[Run
         return run_evaluation(loaded, benchmark, settings, heads=run.heads, model_name="embedded").runs
 
 
-def _task_rows(loaded, run: _TaskRun, config: DemoConfig) -> tuple[list[dict], dict]:
+def _task_rows(loaded, run: _TaskRun, benchmark: Benchmark, config: DemoConfig) -> tuple[list[dict], dict]:
     """The rows of zero-shot, ICL, MTV and DP-MTV at every ε, and the task's release (public)."""
-    benchmark = _benchmark(run, config)
     methods = ("zero-shot", f"icl:{config.icl_shots}", "mtv", "dp-mtv")
     tokens = chunk_tokens(loaded.adapter, run.task, config.shots_per_chunk)
     settings = eval_settings(
@@ -191,11 +191,10 @@ def _row(run: _TaskRun, benchmark: Benchmark, result: RunResult) -> dict:
     }
 
 
-def _shot_curve_rows(loaded, run: _TaskRun, config: DemoConfig) -> list[dict]:
+def _shot_curve_rows(loaded, run: _TaskRun, full: Benchmark, config: DemoConfig) -> list[dict]:
     """ICL accuracy at each of ``config.shot_curve`` shots on the task's first test queries
     (demonstrations drawn from its private records; non-private references); run for the first
     seed only, with fewer prompts per pass the more shots they hold."""
-    full = _benchmark(run, config)
     benchmark = replace(full, test=full.test[: config.shot_curve_queries])
     rows = []
     for shots in config.shot_curve:
