@@ -7,27 +7,37 @@ import json
 import numpy as np
 import pytest
 
-from dpmtv.demo.recognition import deciding_fields, per_task_table, summarise_deciding, task_group
+from dpmtv.data.records import Record
+from dpmtv.demo.recognition import per_task_table, summarise_deciding, task_group
 from dpmtv.demo.report_tasks import rule_json
 from dpmtv.embedded import generator as gen
 from dpmtv.errors import ParameterError
+from dpmtv.eval.benchmarks.embedded import EmbeddedScorer
+from dpmtv.eval.scorers import aggregate_scores
+
+
+def _deciding(correct: np.ndarray, mask: np.ndarray) -> dict:
+    count = int(mask.sum())
+    return {"deciding_accuracy": float(correct[mask].mean()) if count else None, "deciding_count": count}
 
 
 def _row(task, seed, method, correct, mask, epsilon=None, group="held_out"):
     correct, mask = np.array(correct, bool), np.array(mask, bool)
     return {"task": task, "seed": seed, "method": method, "epsilon": epsilon, "group": group,
-            "accuracy": float(correct.mean()), **deciding_fields(correct, mask)}  # fmt: skip
+            "accuracy": float(correct.mean()), **_deciding(correct, mask)}  # fmt: skip
 
 
-def test_deciding_fields_count_only_deciding_queries():
-    assert deciding_fields(np.array([1, 0, 1, 1], bool), np.array([1, 1, 0, 0], bool)) == {
-        "deciding_accuracy": 0.5,
-        "deciding_count": 2,
-    }
-    assert deciding_fields(np.ones(3, bool), np.zeros(3, bool)) == {
-        "deciding_accuracy": None,
-        "deciding_count": 0,
-    }
+def test_the_scorer_counts_only_deciding_queries_in_deciding_accuracy():
+    """The embedded benchmark's ``deciding_accuracy``: eval's mean over the queries that report
+    it, so only the deciding-cell queries; absent when there are none."""
+    records = [Record(f"q{i}", (), "What is the answer?", "yes") for i in range(4)]
+    predictions = ["yes", "no", "yes", "yes"]  # right, wrong, right, right
+    scorer = EmbeddedScorer(("yes", "no"), deciding_ids=("q0", "q1"))
+    scores = aggregate_scores(scorer.score(r, p) for r, p in zip(records, predictions, strict=True))
+    assert scores["accuracy"] == 0.75 and scores["deciding_accuracy"] == 0.5
+    none_deciding = EmbeddedScorer(("yes", "no"))
+    scores = aggregate_scores(none_deciding.score(r, p) for r, p in zip(records, predictions, strict=True))
+    assert "deciding_accuracy" not in scores and scores["accuracy"] == 0.75
 
 
 def test_deciding_summary_pools_queries_over_tasks_per_seed():

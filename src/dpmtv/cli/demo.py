@@ -51,7 +51,8 @@ def command(
     rules,
     json_out,
 ):
-    """The paper's comparison on the packaged embedded model: zero-shot, 16-shot ICL, MTV and
+    """The paper's comparison on the packaged embedded model, a preset of `dpmtv eval` (each
+    task and seed is the embedded:TASK benchmark): zero-shot, 16-shot ICL, MTV and
     DP-MTV at ε ∈ {0.5, 1, 2, 4, 8} over 3 seeds, reported separately for the tasks seen in
     training and the held-out tasks the model learns from the demonstrations alone, with each
     held-out task's recognition ceiling and the accuracy on its deciding cells; writes

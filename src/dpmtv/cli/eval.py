@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from dpmtv.cli._common import console, err_console, float_list, model_options
 from dpmtv.errors import ParameterError
@@ -12,7 +13,9 @@ from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
 @click.command(name="eval")
 @model_options
 @click.option(
-    "--benchmark", help="vizwiz, ok-vqa, flowers102, cub-200, dtd, vqa-rad, slake, pathvqa, embedded[:TASK]."
+    "--benchmark",
+    help="vizwiz, ok-vqa, flowers102, cub-200, dtd, vqa-rad, slake, pathvqa, embedded[:TASK or RULE] "
+    "(e.g. embedded:is_green, embedded:map_colour, 'embedded:big and not red').",
 )
 @click.option(
     "--benchmark-root",
@@ -57,7 +60,9 @@ from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
     "--heads",
     "head_spec",
     help="Head set for mtv / dp-mtv — REQUIRED whenever --methods has mtv or dp-mtv (the default "
-    "does): 'all', 'layers:A-B', 'heads:L.H,...' or a JSON file (e.g. a selection saved by `dpmtv select`).",
+    "does): 'all', 'layers:A-B', 'heads:L.H,...', a JSON file (e.g. a selection saved by `dpmtv select`), "
+    "or on the embedded benchmark 'public' (the task's public selection shipped with the model, with "
+    "its clip norms) or 'shared' (the one set chosen on the seen tasks).",
 )
 @click.option(
     "--l2-clip-norm",
@@ -149,6 +154,7 @@ def command(**options):
     if o["seeds"] < 1:
         raise ParameterError(f"--seeds must be >= 1, got {o['seeds']}")
     benchmark = _benchmark(o)
+    heads, o["l2_clip_norm"] = _embedded_public_heads(o, benchmark)
     settings = EvalSettings(
         methods=methods,
         epsilons=tuple(o["epsilons"]),
@@ -166,15 +172,38 @@ def command(**options):
         progress=not o["quiet"],
     )
     loaded = load_model(o["model_path"], dtype=o["dtype"], device=o["device"])
-    results = run_evaluation(
-        loaded, benchmark, settings, heads=o["head_spec"], model_name=str(o["model_path"])
-    )
+    results = run_evaluation(loaded, benchmark, settings, heads=heads, model_name=str(o["model_path"]))
     paths = write_report(results, o["out"])
     for run in results.runs:
         if run.details.get("note"):
             err_console.print(f"[yellow]note:[/] {run.method} seed {run.seed}: {run.details['note']}")
     console.print(paths["report"].read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+
+
+def _embedded_public_heads(o, benchmark):
+    """``--heads public`` / ``--heads shared`` on the embedded benchmark: the task's head set and
+    per-layer clip norms chosen on public data (shipped with the model), or the shared set."""
+    spec = o["head_spec"]
+    if spec not in ("public", "shared"):
+        return spec, o["l2_clip_norm"]
+    from dpmtv.eval.benchmarks.embedded import public_selection
+    from dpmtv.heads import HeadSet
+
+    where = f"--heads {spec}"
+    if "ceiling" not in benchmark.details:
+        raise ParameterError(
+            f"{where} names the embedded model's public selection: use it with --benchmark embedded[:TASK]"
+        )
+    if spec == "public" and benchmark.details["group"] == "rules":
+        raise ParameterError(
+            f"{where}: no public selection ships for the typed rule {benchmark.details['task']!r}; "
+            "use --heads shared, or a selection saved by `dpmtv select` on a public sample of it"
+        )
+    if click.get_current_context().get_parameter_source("l2_clip_norm") is not ParameterSource.DEFAULT:
+        raise ParameterError(f"{where} brings its own per-layer clip norms; leave out --l2-clip-norm")
+    pairs, clip = public_selection(benchmark.details["task"], shared=spec == "shared")
+    return HeadSet.of(map(tuple, pairs)), list(clip)
 
 
 def _benchmark(o):

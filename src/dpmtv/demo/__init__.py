@@ -1,14 +1,17 @@
-"""``dpmtv demo``: the paper's comparison on the packaged embedded model, on the CPU.
+"""``dpmtv demo``: the paper's comparison on the packaged embedded model, on the CPU — a preset
+of ``dpmtv eval``.
 
-For every task of the embedded suite and every seed: N private records, m = N/s chunk prompts;
-zero-shot, 16-shot ICL (token space, non-private), MTV (the unclipped mean, non-private) and
-DP-MTV at each ε (per-layer clipping, the library's Gaussian release, noise once per release) are
-scored on test images by the greedy first answer token. Seen tasks (trained on) and held-out
-tasks (never trained on, nor their complements: the model learns them from the demonstrations
-alone) are reported separately; ICL is also scored at 1, 4, 16 and 64 shots for the shots plot.
-The head set and clip norms were chosen on public data when the model was trained
-(``dpmtv_defaults.json`` beside the weights) and cost no privacy. The ε = 1 artifact of one task
-is built with the real pipeline and written out.
+For every task of the embedded suite and every seed, the ``embedded:TASK`` benchmark (N private
+records, the task's test images; :mod:`dpmtv.eval.benchmarks.embedded`) is evaluated by
+:func:`dpmtv.eval.runner.run_evaluation`: zero-shot, 16-shot ICL (token space, non-private), MTV
+(the unclipped mean, non-private) and DP-MTV at each ε (the real build: per-layer clipping, the
+library's Gaussian release, noise once per release; seeded, as every evaluation), scored by the
+greedy answer word. Seen tasks (trained on) and held-out tasks (never trained on, nor their
+complements: the model learns them from the demonstrations alone) are reported separately; ICL
+is also scored at 1, 4, 16 and 64 shots for the shots plot. The head set and clip norms were
+chosen on public data when the model was trained (``dpmtv_defaults.json`` beside the weights) and
+cost no privacy. The ε = 1 artifact of one task is built with the real pipeline (secure noise)
+and written out.
 """
 
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config, load_defaults

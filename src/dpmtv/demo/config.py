@@ -1,4 +1,5 @@
-"""What the demo runs: tasks, seeds, sizes and budgets, and the privacy statement it prints."""
+"""What the demo runs: tasks, seeds, sizes and budgets, the ``dpmtv eval`` settings they map to,
+and the privacy statement it prints."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import task_suite
+from dpmtv.eval.methods import EvalSettings, parse_methods
 
 PRIVACY_STATEMENT = (
     "Privacy: each DP-MTV vector is ({epsilon:g}, {delta:g})-differentially private with respect to "
@@ -49,6 +51,48 @@ def default_config(*, quick: bool) -> DemoConfig:
             shot_curve_queries=8,
         )
     return DemoConfig(tasks=names)
+
+
+def eval_settings(
+    config: DemoConfig,
+    methods: tuple[str, ...],
+    seed: int,
+    clip: tuple[float, ...],
+    *,
+    batch_size: int,
+    chunk_tokens: int | None = None,
+) -> EvalSettings:
+    """The ``dpmtv eval`` settings of one (task, seed) of the demo: ``methods`` at the demo's ε, δ
+    and s, the task's public per-layer clip norms ``clip``, answers of one greedy token (the
+    embedded model answers in one word), the non-private references switched on (labelled), and
+    the public chunk length ``chunk_tokens`` as the build's token budget, so private chunks run
+    several per pass (:func:`chunk_tokens`)."""
+    return EvalSettings(
+        methods=parse_methods(",".join(methods)),
+        epsilons=config.epsilons,
+        seeds=(seed,),
+        delta=config.delta,
+        l2_clip_norm=tuple(clip),
+        shots_per_chunk=config.shots_per_chunk,
+        max_new_tokens=1,
+        batch_size=batch_size,
+        allow_non_private=True,
+        queries_epsilon=config.epsilons[0],  # no extra ε: the demo has no queries plot
+        private_prompt_tokens=chunk_tokens,
+        progress=False,
+    )
+
+
+def chunk_tokens(adapter, task, shots_per_chunk: int) -> int:
+    """The tokens of a full chunk prompt of ``task``, measured on its PUBLIC sample: every
+    embedded record has one image, the one question and a one-word answer, so every chunk has
+    this length (a longer one would keep its leading demonstrations, the build's public rule)."""
+    from dpmtv.embedded.suite import PUBLIC_SEED, task_records
+    from dpmtv.prompt_budget import prompt_length
+    from dpmtv.prompts import chunk_prompt
+
+    public = task_records(task, shots_per_chunk, seed=PUBLIC_SEED, split="public")
+    return prompt_length(adapter, chunk_prompt(public, query="record", query_question=""))
 
 
 def load_defaults(folder: Path | None = None) -> dict:

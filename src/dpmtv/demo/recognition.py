@@ -2,7 +2,8 @@
 
 Per task: the recognition ceiling on the task's test queries pooled over the run's seeds (one
 ceiling and one set of deciding cells per task), then for every method the accuracy on the test
-queries in deciding cells and their count. Group summaries pool deciding-cell queries over tasks
+queries in deciding cells and their count (the embedded benchmark's ``deciding_accuracy``,
+:mod:`dpmtv.eval.benchmarks.embedded`). Group summaries pool deciding-cell queries over tasks
 (correct / count per seed, then mean ± 95% t-interval over seeds), so a task with one deciding
 query weighs one query, not one task.
 """
@@ -13,47 +14,17 @@ import numpy as np
 
 from dpmtv.embedded.generator import Task
 from dpmtv.embedded.recognition import Ceiling, recognition_ceiling
-from dpmtv.embedded.rulespace import trained
 from dpmtv.embedded.suite import task_codes
-from dpmtv.embedded.world import combo_index
+from dpmtv.eval.benchmarks.embedded import GROUP_TITLES, task_group
 from dpmtv.eval.stats import t_interval
 
-GROUP_TITLES = {
-    "seen": "seen tasks",
-    "held_out": "held-out predicates",
-    "label_maps": "held-out label maps",
-    "rules": "typed rules",
-}
-
-
-def task_group(task: Task, *, typed: bool = False) -> str:
-    """The report group of a task: seen, held-out predicates, label maps or typed rules."""
-    if typed:
-        return "rules"
-    if not task.held_out:
-        return "seen"
-    return "label_maps" if task.kind == "label_map" else "held_out"
+__all__ = ["GROUP_TITLES", "per_task_table", "run_ceiling", "summarise_deciding", "task_group"]
 
 
 def run_ceiling(task: Task, seeds, test_queries: int) -> Ceiling:
     """The task's ceiling on its test queries of every seed of the run, pooled."""
     codes = np.concatenate([task_codes(task, test_queries, seed=s, split="test") for s in seeds])
     return recognition_ceiling(task, codes)
-
-
-def deciding_mask(task: Task, ceiling: Ceiling, seed: int, n: int) -> np.ndarray:
-    """Which of the first ``n`` test queries of ``seed`` lie in a deciding cell."""
-    rows = combo_index(task_codes(task, n, seed=seed, split="test"))
-    return np.isin(rows, ceiling.deciding_rows)
-
-
-def deciding_fields(correct: np.ndarray, mask: np.ndarray) -> dict:
-    """A result row's deciding-cell accuracy (None without deciding queries) and count."""
-    count = int(mask.sum())
-    return {
-        "deciding_accuracy": float(correct[mask].mean()) if count else None,
-        "deciding_count": count,
-    }
 
 
 def summarise_deciding(rows: list[dict], seeds) -> dict:
@@ -70,16 +41,6 @@ def summarise_deciding(rows: list[dict], seeds) -> dict:
         return {"deciding_accuracy": None, "deciding_ci95": None, "deciding_count": 0}
     mean, half_width = t_interval(per_seed)
     return {"deciding_accuracy": mean, "deciding_ci95": half_width, "deciding_count": total}
-
-
-def ceiling_record(task: Task, ceiling: Ceiling) -> dict:
-    """What the reports say about a task's ceiling: its rule, accuracy and deciding cells."""
-    return {
-        "trained": bool(trained(task.truth)) if task.is_predicate else False,
-        "ceiling": {"rule": ceiling.rule, "accuracy": ceiling.accuracy},
-        "deciding_cells": ceiling.deciding_cells(),
-        "deciding_queries": int(ceiling.deciding_queries.sum()),
-    }
 
 
 def per_task_table(rows: list[dict], shot_rows: list[dict], ceilings: dict[str, dict]) -> dict[str, dict]:

@@ -105,15 +105,7 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
         "seen_tasks": list(dict.fromkeys(r["task"] for r in rows if not r["held_out"])),
         "groups": {g: names for g, names in groups.items() if names},
         "config": asdict(config),
-        "releases": {
-            task: {
-                "heads": r.heads.to_json(),
-                "l2_clip_norm": list(r.clip_norms.values()),
-                "l2_sensitivity": r.sensitivity,
-                "noise_std": {str(e): p.noise_std for e, p in r.plans.items()},
-            }
-            for task, r in releases.items()
-        },
+        "releases": releases,
         "summary": summary,
         "per_task": per_task,
         "icl_by_shots": shots,
@@ -240,31 +232,28 @@ def _plot(summary, path: Path) -> None:
 
 
 def privacy_utility_by_group_figure(summary):
-    """DP-MTV against ε per task group, with zero-shot, ICL and MTV as reference lines, in the
-    styles every dpmtv figure uses (:mod:`dpmtv.plot_style`)."""
+    """DP-MTV against ε per task group, with zero-shot, ICL and MTV as reference lines: one
+    panel per group, each drawn by the evaluation's :func:`dpmtv.eval.plots.draw_privacy_utility`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpmtv.plot_style import epsilon_axis, method_label, method_style
+    from dpmtv.eval.plots import draw_privacy_utility
 
     fig, axes = plt.subplots(1, len(summary), figsize=(6.0 * len(summary), 4.2), squeeze=False)
     for ax, (group, rows) in zip(axes[0], summary.items()):
-        dp = [r for r in rows if r["method"] == "dp-mtv"]
-        ax.errorbar(
-            [r["epsilon"] for r in dp],
-            [r["accuracy"] for r in dp],
-            yerr=[r["ci95"] or 0 for r in dp],
-            capsize=3,
-            label=method_label("dp-mtv"),
-            **method_style("dp-mtv").line(),
-        )
-        for prefix in ("zero-shot", "icl", "mtv"):
-            row = next(r for r in rows if r["method"].startswith(prefix))
-            style = method_style(row["method"]).reference()
-            ax.axhline(row["accuracy"], linewidth=1.4, label=method_label(row["method"]), **style)
-        epsilon_axis(ax, [r["epsilon"] for r in dp])
+        as_eval = [
+            {
+                "method": r["method"],
+                "privacy": "private" if r["method"] == "dp-mtv" else "non-private",
+                "epsilon": r["epsilon"],
+                "mean": r["accuracy"],
+                "ci95_half_width": r["ci95"],
+            }
+            for r in rows
+        ]
+        draw_privacy_utility(ax, as_eval, [r["epsilon"] for r in rows if r["method"] == "dp-mtv"])
         ax.set_ylabel("accuracy (mean over tasks)")
         ax.set_title(f"Embedded model: {GROUP_TITLES[group]} (δ = 1e-5)")
         ax.set_ylim(0, 1)
@@ -318,9 +307,11 @@ def _plot_shots(shots, summary, path: Path) -> None:
 
 
 RERUN_NOTE = (
-    "Rerunning gives other numbers: the seeds fix the records, test images and ICL demonstrations, "
-    "but every run draws a fresh partition (MTV, DP-MTV) and fresh noise (DP-MTV). [min–max] is the "
-    "spread over this run's seeds, a guide to how far a rerun may move."
+    "Rerunning gives the same numbers: as in every `dpmtv eval`, a seed fixes the records, test "
+    "images, ICL demonstrations, the partition (MTV, DP-MTV) and the noise (DP-MTV), so these rows "
+    "are experiments at the σ of (ε, δ), not private releases (the ε = 1 artifact is one, with "
+    "secure noise). [min–max] is the spread over this run's seeds, a guide to how far other seeds "
+    "may move."
 )
 
 
@@ -353,7 +344,7 @@ def print_summary(console, summary, config, releases, num_chunks, artifact, per_
         cells = _group_cells(summary, row)
         table.add_row(row["method"], "—" if row["epsilon"] is None else f"{row['epsilon']:g}", *cells)
     console.print(table)
-    console.print(RERUN_NOTE, highlight=False)
+    console.print(RERUN_NOTE, highlight=False, markup=False)
     if 1.0 in config.epsilons:
         for g in groups:
             kept = gain_kept(summary[g])
@@ -364,22 +355,24 @@ def print_summary(console, summary, config, releases, num_chunks, artifact, per_
     for line in deciding_lines(summary, per_task):
         console.print(line, highlight=False)
     name, first = next(iter(releases.items()))
-    plan = first.plans.get(1.0) or next(iter(first.plans.values()))
-    sizes = sorted({len(r.heads) for r in releases.values()})
+    sigmas = first["noise_std"]
+    epsilon, noise_std = ("1.0", sigmas["1.0"]) if "1.0" in sigmas else next(iter(sigmas.items()))
+    sizes = sorted({len(r["heads"]) for r in releases.values()})
+    layers = sorted({layer for layer, _ in first["heads"]})
     console.print(
         f"Heads per task: {sizes[0]}–{sizes[-1]} "
         f"({'shared set' if config.shared_heads else 'per-task public selection'}); for {name}: "
-        f"{len(first.heads)} heads in layers {first.heads.layers}, Δ = {first.sensitivity:.4g}, "
-        f"σ at ε = {plan.epsilon:g}: {plan.noise_std:.4g}. ε = 1 artifact: {artifact}"
+        f"{len(first['heads'])} heads in layers {layers}, Δ = {first['l2_sensitivity']:.4g}, "
+        f"σ at ε = {float(epsilon):g}: {noise_std:.4g}. ε = 1 artifact: {artifact}"
     )
     console.print(
         PRIVACY_STATEMENT.format(
-            epsilon=plan.epsilon,
+            epsilon=float(epsilon),
             delta=config.delta,
             num_records=config.records_per_task,
             num_chunks=num_chunks,
-            sensitivity=first.sensitivity,
-            noise_std=plan.noise_std,
+            sensitivity=first["l2_sensitivity"],
+            noise_std=noise_std,
         )
     )
 

@@ -1,51 +1,45 @@
-"""The demo's runs: per task and seed, every method scored on the embedded model."""
+"""The demo's runs: per task and seed, ``dpmtv eval``'s methods on the embedded benchmark.
+
+Each (task, seed) is one :func:`~dpmtv.eval.benchmarks.embedded.embedded_benchmark` (the task's
+private records as the pool, its test queries, the recognition ceiling pooled over the run's
+seeds) evaluated by :func:`dpmtv.eval.runner.run_evaluation` with zero-shot, ``icl:16``, ``mtv``
+and ``dp-mtv`` (the real :func:`~dpmtv.pipeline.build.build_task_vector` at every ε from one
+extraction, seeded as every evaluation is), answers of one greedy token; the shot curve is
+``icl:K`` on the first seed's first test queries. Only the ε = 1 artifact is a real release
+(secure noise). This module turns eval's runs into the demo's rows.
+"""
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 
 from dpmtv._progress import progress_bar
-from dpmtv.demo.config import DemoConfig, default_config, load_defaults
-from dpmtv.demo.recognition import (
-    ceiling_record,
-    deciding_fields,
-    deciding_mask,
-    per_task_table,
-    run_ceiling,
-    task_group,
-)
+from dpmtv.demo.config import DemoConfig, chunk_tokens, default_config, eval_settings
+from dpmtv.demo.recognition import per_task_table, run_ceiling
 from dpmtv.demo.report import print_summary, summarise_groups, write_outputs
 from dpmtv.embedded.generator import Task, get_task, rule_task
-from dpmtv.embedded.recognition import Ceiling, demos_with_deciding_cell
-from dpmtv.embedded.suite import (
-    PUBLIC_SEED,
-    few_shot_prompt,
-    first_token_correct,
-    task_codes,
-    task_records,
+from dpmtv.embedded.recognition import Ceiling
+from dpmtv.embedded.suite import PUBLIC_SEED, task_records
+from dpmtv.eval.benchmarks import Benchmark
+from dpmtv.eval.benchmarks.embedded import (
+    embedded_benchmark,
+    public_selection,
+    recognition_record,
+    share_with_deciding_demo,
+    task_group,
 )
-from dpmtv.extract import stack_selected_heads
+from dpmtv.eval.methods import icl_demonstrations
+from dpmtv.eval.runner import RunResult, run_evaluation
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import layer_patches
-from dpmtv.models.loading import LoadedModel, load_model
+from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.pipeline.partition import ChunkPrompts
 from dpmtv.pipeline.public_clip import public_clip_norms
-from dpmtv.privacy import (
-    AdjacencyRelation,
-    l2_sensitivity,
-    make_sampler,
-    partition_replace_one,
-    secure_rng,
-)
-from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.prompts import zero_shot_prompts
 from dpmtv.selection import select_public
 
 
@@ -56,28 +50,31 @@ def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | N
     config = config or default_config(quick=quick)
     loaded = load_model("embedded")
     tasks = demo_tasks(config)
-    num_chunks = config.records_per_task // config.shots_per_chunk
-    sampler = make_sampler("opendp")
-    releases = {name: _release_for(loaded, task, config, num_chunks, sampler) for name, task in tasks.items()}
+    public = {name: _public_selection(loaded, task, config) for name, task in tasks.items()}
     ceilings = {name: run_ceiling(task, config.seeds, config.test_queries) for name, task in tasks.items()}
     rows: list[dict] = []
     shot_rows: list[dict] = []
+    releases: dict[str, dict] = {}
     with progress_bar("demo: tasks × seeds", len(tasks) * len(config.seeds), enabled=True) as advance:
         for seed in config.seeds:
             for name, task in tasks.items():
-                run = _TaskRun(task, seed, ceilings[name], name in config.rules)
-                rows += _task_rows(loaded, run, config, releases[name], sampler)
+                run = _TaskRun(task, seed, ceilings[name], name in config.rules, *public[name])
+                benchmark = _benchmark(run, config)
+                task_rows, release = _task_rows(loaded, run, benchmark, config)
+                rows += task_rows
+                releases.setdefault(name, release)
                 if seed == config.seeds[0]:  # one seed: the 64-shot prompts dominate the run time
-                    shot_rows += _shot_curve_rows(loaded, run, config)
+                    shot_rows += _shot_curve_rows(loaded, run, benchmark, config)
                 advance(1)
     first = next(iter(tasks))
-    artifact = _write_artifact(loaded, config, tasks[first], releases[first], out)
-    recognition = {name: ceiling_record(tasks[name], c) for name, c in ceilings.items()}
+    artifact = _write_artifact(loaded, config, tasks[first], public[first], out)
+    recognition = {name: recognition_record(tasks[name], c) for name, c in ceilings.items()}
     per_task = per_task_table(rows, shot_rows, recognition)
     summary = summarise_groups(rows, config)
     shots = summarise_groups(shot_rows, config)
     seconds = time.perf_counter() - started
     write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task)
+    num_chunks = config.records_per_task // config.shots_per_chunk
     print_summary(console, summary, config, releases, num_chunks, artifact, per_task)
     return {**summary, "per_task": per_task}
 
@@ -95,41 +92,17 @@ class _TaskRun:
     seed: int
     ceiling: Ceiling
     typed: bool
-
-
-@dataclass(frozen=True)
-class _Release:
-    """A task's public release parameters: head set, per-layer clip norms, Δ and σ per ε."""
-
     heads: HeadSet
-    clip_norms: dict[int, float]
-    sensitivity: float
-    plans: dict
+    clip: tuple[float, ...]  # per released layer
 
 
-def _release_for(loaded, task: Task, config: DemoConfig, num_chunks: int, sampler) -> _Release:
-    """The task's shipped public selection, or for a typed rule the package's public selection
-    on a public sample of that rule (no privacy cost: public data only)."""
-    defaults = load_defaults()
-    per_task = defaults.get("per_task", {})
+def _public_selection(loaded, task: Task, config: DemoConfig) -> tuple[HeadSet, tuple[float, ...]]:
+    """The task's shipped public selection (or the shared set), or for a typed rule the package's
+    public selection on a public sample of that rule (no privacy cost: public data only)."""
     if task.name in config.rules:
-        heads, clip = public_release(loaded, task, config)
-    else:
-        chosen = defaults if config.shared_heads or task.name not in per_task else per_task[task.name]
-        heads, clip = HeadSet.of(map(tuple, chosen["heads"])), tuple(chosen["l2_clip_norm"])
-    clip_norms = dict(zip(heads.layers, clip, strict=True))
-    sensitivity = l2_sensitivity(
-        l2_clip_norms=list(clip_norms.values()),
-        num_chunks=num_chunks,
-        relation=AdjacencyRelation.REPLACE_ONE,
-    )
-    plans = {
-        eps: plan_gaussian_release(
-            l2_sensitivity=sensitivity, epsilon=eps, delta=config.delta, sampler=sampler
-        )
-        for eps in config.epsilons
-    }
-    return _Release(heads, clip_norms, sensitivity, plans)
+        return public_release(loaded, task, config)
+    heads, clip = public_selection(task.name, shared=config.shared_heads)
+    return HeadSet.of(map(tuple, heads)), clip
 
 
 PUBLIC_HEADS = "public selection (shipped with the embedded model, or on a typed rule's public sample)"
@@ -161,92 +134,84 @@ def public_release(loaded, task: Task, config: DemoConfig) -> tuple[HeadSet, tup
     return result.heads, clip
 
 
-def _task_rows(loaded, run: _TaskRun, config, release: _Release, sampler) -> list[dict]:
-    adapter, heads, task, seed = loaded.adapter, release.heads, run.task, run.seed
-    private = task_records(task, config.records_per_task, seed=seed, split="private")
-    test = task_records(task, config.test_queries, seed=seed, split="test")
-    answers = [r.answer for r in test]
-    queries = zero_shot_prompts(test)
-    mask = deciding_mask(task, run.ceiling, seed, config.test_queries)
+def _benchmark(run: _TaskRun, config: DemoConfig) -> Benchmark:
+    sizes = {"num_train": config.records_per_task, "num_test": config.test_queries}
+    return embedded_benchmark(run.task, seed=run.seed, ceiling=run.ceiling, typed=run.typed, **sizes)
 
-    def score(method: str, epsilon: float | None, correct: np.ndarray) -> dict:
-        return _row(run, method, epsilon, correct, mask)
 
-    rng = np.random.default_rng([seed, 99])
-    picks = [rng.choice(len(private), config.icl_shots, replace=False) for _ in test]
-    icl = [few_shot_prompt([private[i] for i in chosen], q) for chosen, q in zip(picks, test, strict=True)]
-    icl_row = score(f"icl-{config.icl_shots} (non-private)", None, first_token_correct(adapter, icl, answers))
-    private_codes = task_codes(task, config.records_per_task, seed=seed, split="private")
-    icl_row["demos_with_deciding_cell"] = demos_with_deciding_cell(
-        private_codes[np.stack(picks)], run.ceiling
+def _evaluate(loaded, benchmark: Benchmark, run: _TaskRun, settings) -> list[RunResult]:
+    with warnings.catch_warnings():  # the build's weak-signal notes are in each run's details
+        warnings.filterwarnings("ignore", message="the noise swamps the signal")
+        return run_evaluation(loaded, benchmark, settings, heads=run.heads, model_name="embedded").runs
+
+
+def _task_rows(loaded, run: _TaskRun, benchmark: Benchmark, config: DemoConfig) -> tuple[list[dict], dict]:
+    """The rows of zero-shot, ICL, MTV and DP-MTV at every ε, and the task's release (public)."""
+    methods = ("zero-shot", f"icl:{config.icl_shots}", "mtv", "dp-mtv")
+    tokens = chunk_tokens(loaded.adapter, run.task, config.shots_per_chunk)
+    settings = eval_settings(
+        config, methods, run.seed, run.clip, batch_size=config.batch_size, chunk_tokens=tokens
     )
-    out = [score("zero-shot", None, first_token_correct(adapter, queries, answers)), icl_row]
-    raw = _chunk_activations(loaded, private, heads, config)  # private per-chunk rows, in memory only
-    mtv = {layer: values.mean(0) for layer, values in raw.items()}
-    patches = layer_patches(mtv, heads)
-    out.append(
-        score("mtv (non-private)", None, first_token_correct(adapter, queries, answers, patches=patches))
-    )
-    num_chunks = len(raw[heads.layers[0]])  # replace-one: every chunk is full, m is public
-    for epsilon, plan in release.plans.items():
-        noised = release_clipped_mean(
-            raw, l2_clip_norms=release.clip_norms, num_chunks=num_chunks, plan=plan, sampler=sampler
-        )
-        patches = layer_patches(noised.layers, heads)
-        out.append(score("dp-mtv", epsilon, first_token_correct(adapter, queries, answers, patches=patches)))
-    return out
+    runs = _evaluate(loaded, benchmark, run, settings)
+    rows = [_row(run, benchmark, r) for r in runs]
+    picks = icl_demonstrations(len(benchmark.train), len(benchmark.test), config.icl_shots, run.seed)
+    for row in rows:
+        if row["method"].startswith("icl-"):
+            row["demos_with_deciding_cell"] = share_with_deciding_demo(benchmark, picks)
+    dp = [r for r in runs if r.method == "dp-mtv"]
+    release = {
+        "heads": run.heads.to_json(),
+        "l2_clip_norm": list(run.clip),
+        "l2_sensitivity": dp[0].details["l2_sensitivity"],
+        "noise_std": {str(float(r.epsilon)): r.details["noise_std"] for r in dp},
+    }
+    return rows, release
 
 
-def _row(run: _TaskRun, method: str, epsilon: float | None, correct: np.ndarray, mask: np.ndarray) -> dict:
+def demo_method(label: str) -> str:
+    """The demo's name of an eval method: ``icl:16`` → ``icl-16 (non-private)``, ``mtv`` →
+    ``mtv (non-private)``; zero-shot and dp-mtv keep theirs."""
+    if label.startswith("icl:"):
+        return f"icl-{label.removeprefix('icl:')} (non-private)"
+    return "mtv (non-private)" if label == "mtv" else label
+
+
+def _row(run: _TaskRun, benchmark: Benchmark, result: RunResult) -> dict:
+    deciding = getattr(benchmark.scorer, "deciding_ids", frozenset())
     return {
-        "method": method,
+        "method": demo_method(result.method),
         "task": run.task.name,
         "group": task_group(run.task, typed=run.typed),
         "held_out": run.task.held_out,
-        "epsilon": epsilon,
+        "epsilon": result.epsilon,
         "seed": run.seed,
-        "accuracy": float(np.mean(correct)),
-        **deciding_fields(correct, mask),
+        "accuracy": result.metrics["accuracy"],
+        "deciding_accuracy": result.metrics.get("deciding_accuracy"),
+        "deciding_count": sum(r.record_id in deciding for r in benchmark.test),
     }
 
 
-def _shot_curve_rows(loaded, run: _TaskRun, config) -> list[dict]:
+def _shot_curve_rows(loaded, run: _TaskRun, full: Benchmark, config: DemoConfig) -> list[dict]:
     """ICL accuracy at each of ``config.shot_curve`` shots on the task's first test queries
     (demonstrations drawn from its private records; non-private references); run for the first
-    seed only."""
-    task, seed, n = run.task, run.seed, config.shot_curve_queries
-    private = task_records(task, config.records_per_task, seed=seed, split="private")
-    test = task_records(task, config.test_queries, seed=seed, split="test")[:n]
-    mask = deciding_mask(task, run.ceiling, seed, config.test_queries)[:n]
-    answers = [r.answer for r in test]
-    rng = np.random.default_rng([seed, 98])
+    seed only, with fewer prompts per pass the more shots they hold."""
+    benchmark = replace(full, test=full.test[: config.shot_curve_queries])
     rows = []
     for shots in config.shot_curve:
-        prompts = [
-            few_shot_prompt([private[i] for i in rng.choice(len(private), shots, replace=False)], q)
-            for q in test
-        ]
-        correct = first_token_correct(loaded.adapter, prompts, answers, batch_size=max(1, 512 // shots))
-        rows.append(_row(run, f"icl-{shots} (non-private)", None, correct, mask))
+        settings = eval_settings(
+            config, (f"icl:{shots}",), run.seed, run.clip, batch_size=max(1, 512 // shots)
+        )
+        rows += [_row(run, benchmark, r) for r in _evaluate(loaded, benchmark, run, settings)]
     return rows
 
 
-def _chunk_activations(
-    loaded: LoadedModel, records, heads: HeadSet, config: DemoConfig
-) -> dict[int, np.ndarray]:
-    partition = partition_replace_one(len(records), shots_per_chunk=config.shots_per_chunk, rng=secure_rng())
-    prompts = ChunkPrompts(
-        records, partition, shots_per_chunk=config.shots_per_chunk, query="record", query_question=""
-    )
-    return stack_selected_heads(loaded.adapter, prompts, heads, batch_size=config.batch_size)
-
-
-def _write_artifact(loaded, config: DemoConfig, task: Task, release: _Release, out: Path) -> Path:
+def _write_artifact(loaded, config: DemoConfig, task: Task, public, out: Path) -> Path:
     """The ε = 1 release of one task through the real pipeline (secure noise, atomic write)."""
+    heads, clip = public
     settings = BuildSettings(
         epsilon=1.0,
         delta=config.delta,
-        l2_clip_norm=tuple(release.clip_norms.values()),
+        l2_clip_norm=tuple(clip),
         shots_per_chunk=config.shots_per_chunk,
         batch_size=config.batch_size,
         progress=False,
@@ -257,4 +222,4 @@ def _write_artifact(loaded, config: DemoConfig, task: Task, release: _Release, o
     )
     records = task_records(task, config.records_per_task, seed=config.seeds[0], split="private")
     path = out / f"task_{re.sub(r'[^A-Za-z0-9_]+', '_', task.name).strip('_')}_eps1.safetensors"
-    return build_task_vector(loaded, records, release.heads, settings, out=path).path
+    return build_task_vector(loaded, records, heads, settings, out=path).path

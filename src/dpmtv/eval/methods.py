@@ -185,6 +185,9 @@ class EvalSettings:
     queries_grid: tuple[int, ...] = (1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
     queries_repeats: int = 20
     context_limit: int | None = None
+    #: the DP-MTV build's public per-chunk token budget (default ``context_limit``): where the
+    #: family has fixed image shapes, the private chunks then run several per pass
+    private_prompt_tokens: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -235,12 +238,11 @@ def run_zero_shot(ctx: MethodContext) -> MethodOutput:
 def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
     """K demonstrations per query, sampled without replacement (seeded), cut to fit the context."""
     s, train = ctx.settings, ctx.benchmark.train
-    rng = np.random.default_rng(derive_seed(seed, "icl", shots))
     budget = context_limit(ctx.loaded, s.context_limit) - s.max_new_tokens
     prompts, used = [], []
-    for query in ctx.queries():
-        picks = rng.choice(len(train), size=min(shots, len(train)), replace=False)
-        demos = [ctx.examples(train[int(i)], with_answer=True) for i in picks]
+    picks = icl_demonstrations(len(train), len(ctx.benchmark.test), shots, seed)
+    for query, chosen in zip(ctx.queries(), picks, strict=True):
+        demos = [ctx.examples(train[int(i)], with_answer=True) for i in chosen]
         k = fit_demonstrations(ctx.loaded.adapter, demos, query, budget=budget)
         prompts.append(Prompt(tuple(demos[:k]), query))
         used.append(k)
@@ -249,6 +251,13 @@ def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
             ctx.loaded, prompts, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, advance=advance
         )
     return MethodOutput(answers, _shots_details(shots, used, budget))
+
+
+def icl_demonstrations(num_train: int, num_queries: int, shots: int, seed: int) -> list[np.ndarray]:
+    """The pool indices of each query's ``icl:shots`` demonstrations at ``seed`` (without
+    replacement within a prompt; before any cut to the context)."""
+    rng = np.random.default_rng(derive_seed(seed, "icl", shots))
+    return [rng.choice(num_train, size=min(shots, num_train), replace=False) for _ in range(num_queries)]
 
 
 def _shots_details(shots: int, used: list[int], budget: int) -> dict[str, Any]:
@@ -379,7 +388,7 @@ def _dp_mtv_settings(ctx: MethodContext, seed: int):
         allow_insecure_seed=True,
         head_selection={"method": "user", "spec": ctx.head_spec},
         progress=s.progress,
-        max_prompt_tokens=s.context_limit,
+        max_prompt_tokens=s.private_prompt_tokens or s.context_limit,
     )
 
 

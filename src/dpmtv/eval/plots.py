@@ -24,8 +24,23 @@ def privacy_utility_figure(results: EvalResults, summary: list[dict]):
     non-private methods (MTV, ICL) as labelled horizontal reference lines. Styles and labels:
     :mod:`dpmtv.plot_style`."""
     metric = results.primary_metric
-    rows = [r for r in summary if r["metric"] == metric]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    draw_privacy_utility(
+        ax, [r for r in summary if r["metric"] == metric], results.config["epsilons_evaluated"]
+    )
+    ax.set_ylabel(f"{metric} (mean ± 95% CI over seeds)")
+    ax.set_title(f"{results.benchmark['name']}: privacy-utility trade-off (δ = {results.config['delta']:g})")
+    num_test = results.benchmark["num_test"]
+    _footnote(
+        fig, f"DP-MTV: one release, any number of queries; DP-ICL: ε is the total over {num_test} queries"
+    )
+    return fig
+
+
+def draw_privacy_utility(ax, rows: list[dict], epsilons) -> None:
+    """On ``ax``: the private methods of ``rows`` (one metric's summary rows: ``method``,
+    ``privacy``, ``epsilon``, ``mean``, ``ci95_half_width``, ``neighbouring_relation``) as mean ±
+    95% CI against ε, the others as labelled horizontal reference lines; the ε axis at ``epsilons``."""
     for method in dict.fromkeys(r["method"] for r in rows if r["privacy"] == "private"):
         mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["epsilon"])
         ax.errorbar(
@@ -38,14 +53,7 @@ def privacy_utility_figure(results: EvalResults, summary: list[dict]):
             **method_style(method).line(),
         )
     _reference_lines(ax, rows)
-    epsilon_axis(ax, results.config["epsilons_evaluated"])
-    ax.set_ylabel(f"{metric} (mean ± 95% CI over seeds)")
-    ax.set_title(f"{results.benchmark['name']}: privacy-utility trade-off (δ = {results.config['delta']:g})")
-    num_test = results.benchmark["num_test"]
-    _footnote(
-        fig, f"DP-MTV: one release, any number of queries; DP-ICL: ε is the total over {num_test} queries"
-    )
-    return fig
+    epsilon_axis(ax, epsilons)
 
 
 def _label(method: str, relation: str | None) -> str:

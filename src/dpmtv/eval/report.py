@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dpmtv.eval.benchmarks.embedded import recognition_lines
 from dpmtv.eval.plots import plot_privacy_utility, plot_queries
 from dpmtv.eval.runner import EvalResults, RunResult
 from dpmtv.eval.stats import t_interval
@@ -133,6 +134,7 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
         *_chance_lines(results),
         "",
+        *recognition_lines(b),
     ]
     for metric in b["metrics"]:
         lines += _metric_table(results, summary, metric, chance=_chance(results, metric))

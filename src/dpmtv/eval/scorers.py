@@ -231,7 +231,7 @@ def _vocabulary(answers: Iterable[str]) -> tuple[str, ...]:
 
 
 class ExactMatchScorer(Scorer):
-    """Normalised exact match of ``record.answer`` (generic records, the embedded benchmark)."""
+    """Normalised exact match of ``record.answer`` (generic records; see also ``EmbeddedScorer``)."""
 
     metrics = ("accuracy", "token_recall")
 

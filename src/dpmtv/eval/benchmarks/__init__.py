@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, tuple[str, str, str | None]] = {
     "vqa-rad": ("medical", "load_vqa_rad", "VQA_RAD_LAYOUT"),
     "slake": ("medical", "load_slake", "SLAKE_LAYOUT"),
     "pathvqa": ("medical", "load_pathvqa", "PATHVQA_LAYOUT"),
-    "embedded": ("local", "load_embedded", None),
+    "embedded": ("embedded", "load_embedded", None),
 }
 _ALIASES = {
     "okvqa": "ok-vqa",

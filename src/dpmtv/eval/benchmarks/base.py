@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,13 @@ class Benchmark:
     test: tuple[Record, ...]
     scorer: Scorer
     notes: tuple[str, ...] = field(default_factory=tuple)
+    details: Mapping[str, Any] = field(default_factory=dict)  # public facts, in every report
+    #: per-record facts about the PRIVATE pool, for the non-private reports only (never written out)
+    train_annotations: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {
+            **self.details,
             "name": self.name,
             "num_train": len(self.train),
             "num_test": len(self.test),
