@@ -58,3 +58,20 @@ def test_shots_plot_draws_every_group(tmp_path):
     shots = {g: rows(0.5) for g in ("seen", "held_out", "label_maps", "rules")}
     _plot_shots(shots, {}, tmp_path / "shots.png")
     assert (tmp_path / "shots.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_summary_over_rows_of_only_some_seeds_uses_those_seeds(recwarn):
+    """The shot curve runs on the first seed only: its summary has that seed alone (no NaN in the
+    JSON, no numpy warning printed)."""
+    from dpmtv.demo.config import default_config
+    from dpmtv.demo.report import summarise_over_tasks
+
+    config = default_config(quick=False)
+    rows = [
+        {"method": "icl-4 (non-private)", "epsilon": None, "seed": config.seeds[0], "accuracy": a, "task": t}
+        for t, a in (("is_red", 0.5), ("is_big", 0.75))
+    ]
+    (entry,) = summarise_over_tasks(rows, config)
+    assert entry["per_seed"] == [0.625]
+    assert entry["accuracy"] == 0.625
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

@@ -28,6 +28,7 @@ def summarise_over_tasks(rows: list[dict], config: DemoConfig) -> list[dict]:
         ),
     )
     summary = []
+    seeds = [s for s in config.seeds if any(r["seed"] == s for r in rows)]  # the shot curve: seed 0 only
     for method, epsilon in keys:
         per_seed = [
             np.mean(
@@ -37,11 +38,11 @@ def summarise_over_tasks(rows: list[dict], config: DemoConfig) -> list[dict]:
                     if r["method"] == method and r["epsilon"] == epsilon and r["seed"] == s
                 ]
             )
-            for s in config.seeds
+            for s in seeds
         ]
         mean, half_width = t_interval(per_seed)
         chosen = [r for r in rows if r["method"] == method and r["epsilon"] == epsilon]
-        deciding = summarise_deciding(chosen, config.seeds) if "deciding_count" in rows[0] else {}
+        deciding = summarise_deciding(chosen, seeds) if "deciding_count" in rows[0] else {}
         summary.append(
             {
                 "method": method,
