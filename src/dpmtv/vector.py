@@ -245,7 +245,9 @@ def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = (
         if name in tensors and not np.isfinite(tensors[name]).all():
             bad = int(np.size(tensors[name]) - np.isfinite(tensors[name]).sum())
             raise ArtifactIntegrityError(f"'{path}': tensor '{name}' is not finite ({bad} NaN/inf values)")
-    check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'")
+    check_privacy_claim(
+        metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'", heads=metadata.heads
+    )
     return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"), signer)
 
 
@@ -278,8 +280,7 @@ def _check_format(path: Path, document: dict[str, Any]) -> None:
 def _claim_words(document: dict[str, Any]) -> str:
     privacy = document.get("privacy", {})
     return ", ".join(
-        f"{k} = {privacy.get(k)!r}"
-        for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
+        f"{k} = {privacy.get(k)!r}" for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
     )
 
 

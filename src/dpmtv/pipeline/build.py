@@ -73,6 +73,7 @@ from dpmtv.privacy.disjoint import ChargedEvent
 from dpmtv.privacy.release import NoisedVector, release_clipped_sum
 from dpmtv.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
+from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, select_private_candidates
 from dpmtv.selection.private import select_private
 from dpmtv.selection.result import SelectionResult
 from dpmtv.vector import TaskVector, save_task_vector
@@ -261,13 +262,34 @@ def _select_privately(
         raise ParameterError("private selection needs private selection settings")
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
+    pool = selection_pool(settings, loaded.adapter.geometry)
+    chosen = settings.private_selection
+    if chosen is not None and chosen.method == "candidates":
+        task = CandidateUtilities(
+            candidates=tuple(candidate_head_sets(chosen.candidates, pool)),
+            utility=chosen.utility,
+            max_prompt_tokens=settings.max_prompt_tokens,
+            shots_per_chunk=settings.shots_per_chunk,
+            prepare_workers=settings.prepare_workers,
+            private_batch_size=settings.private_batch_size or 1,
+        )
+        return select_private_candidates(
+            loaded,
+            records,
+            plan.layout.selection_part,
+            task=task,
+            plan=selection_plan,
+            rng=rng,
+            progress=settings.progress,
+            executor=executor,
+        )
     return select_private(
         loaded,
         records,
         plan.layout.selection_part,
         shots_per_chunk=settings.shots_per_chunk,
         plan=selection_plan,
-        pool=selection_pool(settings, loaded.adapter.geometry),
+        pool=pool,
         max_prompt_tokens=settings.max_prompt_tokens,
         rng=rng,
         progress=settings.progress,

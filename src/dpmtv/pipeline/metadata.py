@@ -96,7 +96,10 @@ def sensitivity_clip_norms(
     if settings.private_selection is None:
         assert heads is not None  # without private selection the heads are known before the build
         return [clip_norms[layer] for layer in heads.layers]
-    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
+    selection = settings.private_selection
+    # a candidate may hold every pool layer (selection.candidates); k heads occupy at most k layers
+    layers = len(clip_norms) if selection.method == "candidates" else selection.k
+    return worst_case_clip_norms(list(clip_norms.values()), max_layers=layers)
 
 
 def prompt_metadata(settings: BuildSettings) -> dict[str, Any]:
