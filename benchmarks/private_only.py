@@ -53,6 +53,7 @@ from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_
 from dpmtv.pipeline.settings import PrivateClipSettings
 from dpmtv.pipeline.tasks import CenteredRows
 from dpmtv.prompts import zero_shot_prompts
+from dpmtv.selection.candidates import CandidateUtilities
 
 sys.path.insert(0, str(Path(__file__).parent))
 from private_dev import DEV_SEEDS, dev_public_defaults, dev_task_names  # noqa: E402
@@ -173,19 +174,22 @@ def settings_for(
     )
 
 
-def exact_candidate(loaded, private: list, spec: str, shots: int) -> HeadSet:
+def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None) -> HeadSet:
     """The ablation: the candidate with the largest EXACT utility total over the private chunks
-    (consecutive records; no noise, no privacy), for ``exact:utility[:list]``."""
+    (no noise, no privacy), for ``exact:utility[:list]``: with ``--reuse-rows`` the very
+    utilities the noisy builds of this (task, seed) saw, else over consecutive records."""
     from dpmtv.privacy import Partition
+    from dpmtv.prompt_budget import resolve_max_prompt_tokens
     from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, candidate_totals
 
     _, utility, *rest = spec.split(":")
     geometry = loaded.adapter.geometry
     pool = HeadSet.of((layer, h) for layer in range(geometry.num_layers) for h in range(geometry.num_heads))
     candidates = tuple(candidate_head_sets(rest[0] if rest else "layer-subsets", pool))
-    task = CandidateUtilities(candidates, utility, None, shots)
+    task = CandidateUtilities(candidates, utility, resolve_max_prompt_tokens(loaded.adapter, None), shots)
     chunks = tuple(np.arange(i, i + shots) for i in range(0, len(private) - shots + 1, shots))
-    utilities = task.run(loaded, private, Partition(chunks=chunks, num_unused=0), progress=False)
+    partition = Partition(chunks=chunks, num_unused=0)
+    utilities = (executor or LocalExecutor()).run(loaded, private, partition, task, progress=False)
     return candidates[int(np.argmax(candidate_totals(utilities, num_candidates=len(candidates))))]
 
 
@@ -226,7 +230,7 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
         build_heads = None if settings.private_selection is not None else heads
         if isinstance(selection, str):  # the exact-argmax ablation: its heads given as public
             if selection not in exact:
-                exact[selection] = exact_candidate(loaded, private, selection, args.shots)
+                exact[selection] = exact_candidate(loaded, private, selection, args.shots, executor)
             build_heads = exact[selection]
             if clip is None:  # given C: the shared generic norms of the candidate's layers
                 generic = dict(enumerate(defaults["l2_clip_norm"]))
@@ -238,16 +242,20 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
 
 
 class RowCache(LocalExecutor):
-    """A local executor that extracts the release chunks' centered rows once per head set and
-    hands the same rows to every later private-C build of the (task, seed) (``--reuse-rows``)."""
+    """A local executor that extracts the release chunks' centered rows once per head set (and
+    computes the candidate choice's chunk utilities once per utility) and hands the same results
+    to every later build of the (task, seed) (``--reuse-rows``)."""
 
     def __init__(self):
         self._rows: dict = {}
 
     def run(self, loaded, records, partition, task, *, progress: bool = False):
-        if not isinstance(task, CenteredRows):
+        if isinstance(task, CandidateUtilities):  # the candidate choice's utilities, once per kind
+            key = (task.utility, tuple(tuple(c.pairs) for c in task.candidates))
+        elif isinstance(task, CenteredRows):
+            key = tuple(task.job.heads.pairs)
+        else:
             return super().run(loaded, records, partition, task, progress=progress)
-        key = tuple(task.job.heads.pairs)
         if key not in self._rows:
             self._rows[key] = super().run(loaded, records, partition, task, progress=progress)
         return self._rows[key]

@@ -66,10 +66,10 @@ _OPTIONS = [
     click.option(
         "--selection-fraction",
         type=float,
-        default=0.5,
-        show_default=True,
+        default=None,
         help="Private selection, sequential: the share of ε spent on selection; σ of the release is "
-        "calibrated so the composition meets the total (ε, δ).",
+        "calibrated so the composition meets the total (ε, δ). Default 0.5 for --private-selection "
+        "votes, 0.3 for candidates (chosen on the dev set of benchmarks/private_only.py).",
     ),
     click.option(
         "--selection-composition",
@@ -104,7 +104,7 @@ _OPTIONS = [
     click.option(
         "--selection-utility",
         type=click.Choice(["correct", "probability"]),
-        default="correct",
+        default="probability",
         show_default=True,
         help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
         "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "

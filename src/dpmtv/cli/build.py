@@ -305,7 +305,7 @@ def _heads(loaded, params):
             _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
         private_selection = PrivateSelectionSettings(
             k=params["select_k"],
-            selection_fraction=params["selection_fraction"],
+            selection_fraction=_selection_fraction(params["selection_fraction"], candidates),
             composition=params["selection_composition"],
             pool=params["select_pool"],
             method=params["private_selection"],
@@ -324,6 +324,15 @@ def _heads(loaded, params):
         progress=not params["quiet"],
     )
     return heads, head_selection, None
+
+
+def _selection_fraction(given: float | None, candidates: bool) -> float:
+    """--selection-fraction, or the method's default (docs/design.md §3)."""
+    from dpmtv.privacy.noisy_top_k import DEFAULT_CANDIDATE_SELECTION_FRACTION, DEFAULT_SELECTION_FRACTION
+
+    if given is not None:
+        return given
+    return DEFAULT_CANDIDATE_SELECTION_FRACTION if candidates else DEFAULT_SELECTION_FRACTION
 
 
 def _most_selected_heads(loaded, settings) -> int:
