@@ -51,7 +51,7 @@ PRIVATE_CANDIDATES_METHOD = "private-candidate-choice"
 
 
 def check_privacy_claim(
-    privacy, *, head_selection: dict[str, Any], where: str, heads: list | None = None
+    privacy, *, head_selection: dict[str, Any], where: str, heads: list[list[int]] | None = None
 ) -> None:
     """Raise ArtifactIntegrityError naming the first field of ``privacy`` (a
     :class:`dpmtv.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``
@@ -73,7 +73,7 @@ class _Claim:
         self.selection = head_selection.get("details") if _is_private(head_selection) else None
         self.candidates = head_selection.get("method") == PRIVATE_CANDIDATES_METHOD
 
-    def chosen_candidate(self, heads: list | None) -> None:
+    def chosen_candidate(self, heads: list[list[int]] | None) -> None:
         """A candidate choice released one of its recorded public candidates, the chosen one."""
         if not self.candidates:
             return

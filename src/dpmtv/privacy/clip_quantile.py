@@ -223,7 +223,8 @@ def log_loss_scores(
     with np.errstate(divide="ignore"):
         diff = np.log(values)[None, :] - grid[:, None]  # (K, m); -inf for a ratio of 0
     loss = np.where(diff >= 0, alpha * diff, (alpha - 1.0) * diff)  # >= 0; +inf for a ratio of 0
-    return np.rint(LOG_LOSS_RESOLUTION * np.minimum(loss / width, 1.0)).astype(np.int64).sum(axis=1)
+    terms: np.ndarray = np.rint(LOG_LOSS_RESOLUTION * np.minimum(loss / width, 1.0)).astype(np.int64)
+    return terms.sum(axis=1)  # type: ignore[no-any-return]  # numpy's sum is typed Any
 
 
 def multiplier_scores(

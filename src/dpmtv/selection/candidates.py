@@ -86,7 +86,14 @@ def candidate_head_sets(kind: str, pool: HeadSet) -> list[HeadSet]:
     return [HeadSet.of((layer, head) for layer in group for head in pool.heads_in(layer)) for group in groups]
 
 
-def _candidate_utility(loaded, chunk: Sequence[Record], captured, *, masks: torch.Tensor, utility: str):
+def _candidate_utility(
+    loaded: LoadedModel,
+    chunk: Sequence[Record],
+    captured: dict[int, np.ndarray] | None,
+    *,
+    masks: torch.Tensor,
+    utility: str,
+) -> torch.Tensor | None:
     """``(n,)`` float64 tensor in [0, 1]: chunk ``chunk``'s own last-token head outputs ``captured``
     patched into each candidate's heads (``masks`` ``(n, L, H)``) on its last record's zero-shot
     question; None when the chunk's pass was dropped or failed (it then contributes 0)."""
@@ -101,6 +108,7 @@ def _candidate_utility(loaded, chunk: Sequence[Record], captured, *, masks: torc
     inputs = adapter.encode([query.prompt] * masks.shape[0])
     with torch.no_grad(), blend_heads_per_row(adapter, values, masks.float()):
         logits = adapter.model(**inputs).logits[:, -1].float()  # (n, V)
+    out: torch.Tensor
     if utility == "correct":
         out = (logits.argmax(-1) == query.target).double()
     else:
@@ -121,7 +129,9 @@ class CandidateUtilities:
     private_batch_size: int = 1
     description: ClassVar[str] = "private candidate utilities"
 
-    def run(self, loaded, records, partition, *, progress: bool) -> list[torch.Tensor | None]:
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> list[torch.Tensor | None]:
         geometry = loaded.adapter.geometry
         masks = torch.stack([mask_of(c, geometry) for c in self.candidates])  # (n, L, H) bool
         cut = self.shots_per_chunk
@@ -154,7 +164,10 @@ def chunk_candidate_utilities(
     progress: bool = False,
 ) -> list[torch.Tensor | None]:
     """Every non-empty chunk's utilities (module docstring), computed by ``executor``."""
-    return (executor or LocalExecutor()).run(loaded, records, partition, task, progress=progress)
+    utilities: list[torch.Tensor | None] = (executor or LocalExecutor()).run(
+        loaded, records, partition, task, progress=progress
+    )
+    return utilities
 
 
 def candidate_totals(utilities: Sequence[torch.Tensor | None], *, num_candidates: int) -> np.ndarray:
