@@ -94,6 +94,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "records' validation pass also runs once per (task, seed)",
     )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/private_only.json"))
+    p.add_argument(
+        "--merge",
+        default=None,
+        help="comma-separated results files: write their union to --out (summary recomputed; a "
+        "(task, seed) in several is taken from the last listed) and exit",
+    )
     args = p.parse_args(argv)
     if args.split == "dev":
         args.tasks = args.tasks or ",".join(dev_task_names())
@@ -324,8 +330,26 @@ def _validate_once() -> None:
     build.validate_build_inputs = once
 
 
+def merge(args) -> dict:
+    """The union of runs over (task, seed)s, with their commands (``--merge``)."""
+    parts = [json.loads(Path(f).read_text()) for f in args.merge.split(",")]
+    owner = {(r["task"], r["seed"]): i for i, part in enumerate(parts) for r in part["rows"]}
+    # a (task, seed) in several runs (a run stopped after its share) is taken from the last one
+    rows = [r for i, part in enumerate(parts) for r in part["rows"] if owner[(r["task"], r["seed"])] == i]
+    result = {
+        "merged_from": [{"file": f, "command": part["command"], "seconds": part["seconds"]}
+                        for f, part in zip(args.merge.split(","), parts, strict=True)],
+        "summary": summarise(rows),
+        "rows": rows,
+    }  # fmt: skip
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.merge:
+        return merge(args)
     if args.reuse_rows:
         _validate_once()
     torch.set_num_threads(1)
