@@ -18,8 +18,15 @@ s records per chunk, δ = 1e-5, replace-one, at one total ε:
 and zero-shot for reference. Test queries and private records come from the demo's seeds (the
 final numbers; nothing here was tuned on them).
 
-Usage: .venv/bin/python benchmarks/private_only.py [--tasks a,b] [--seeds 0,1,2]
-       [--records 2048] [--epsilon 1] [--select-k 8] [--out benchmarks/results/private_only.json]
+``--split dev`` runs the DEV set instead (benchmarks/private_dev.py: trained tables outside the
+evaluation suite, seeds 100+, public heads and C from the package's public selection on each dev
+task's public sample): every choice of the private path is made there. ``--clip-configs``
+(``utility:fraction[:tolerance]``, comma-separated) runs the private-C variants once per clip
+configuration; ``--variants`` picks the variants (default: all).
+
+Usage: .venv/bin/python benchmarks/private_only.py [--split held-out|dev] [--tasks a,b]
+       [--seeds 0,1,2] [--records 2048] [--epsilon 1] [--select-k 8] [--clip-configs quantile:0.1]
+       [--variants ...] [--out benchmarks/results/private_only.json]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +46,17 @@ from dpmtv.demo.config import load_defaults
 from dpmtv.demo.recognition import deciding_mask, run_ceiling
 from dpmtv.embedded.generator import get_task, task_suite
 from dpmtv.embedded.suite import first_token_correct, task_records
+from dpmtv.executor import LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.settings import PrivateClipSettings
+from dpmtv.pipeline.tasks import CenteredRows
 from dpmtv.prompts import zero_shot_prompts
+from dpmtv.selection.candidates import CandidateUtilities
+
+sys.path.insert(0, str(Path(__file__).parent))
+from private_dev import DEV_SEEDS, dev_public_defaults, dev_task_names  # noqa: E402
 
 VARIANTS = (
     "public heads, public C",
@@ -54,38 +68,140 @@ VARIANTS = (
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    held_out = ",".join(t.name for t in task_suite() if t.is_predicate and t.held_out)
-    p.add_argument("--tasks", default=held_out, help="default: every held-out predicate of the suite")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--split", choices=("held-out", "dev"), default="held-out")
+    p.add_argument("--tasks", default=None, help="default: every held-out predicate / every dev task")
+    p.add_argument("--seeds", default=None, help="default: 0,1,2 (held-out) / the dev seeds")
     p.add_argument("--records", type=int, default=2048)
     p.add_argument("--shots", type=int, default=8)
     p.add_argument("--test-queries", type=int, default=64)
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--select-k", type=int, default=8)
-    p.add_argument("--clip-epsilon-fraction", type=float, default=0.1)
+    p.add_argument("--clip-configs", default="quantile:0.1", help="utility:fraction[:tolerance],...")
+    p.add_argument(
+        "--selection-configs",
+        default="votes:0.5",
+        help="private heads: votes:fraction | candidates:utility:fraction[:list] | exact:utility[:list]",
+    )
+    p.add_argument("--variants", default=";".join(VARIANTS), help="';'-separated subset of the variants")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="private-C builds per clip configuration (fresh noise each)"
+    )
+    p.add_argument(
+        "--reuse-rows",
+        action="store_true",
+        help="private-C builds of one (task, seed) share one extraction of the release chunks' rows "
+        "(one partition; a paired design: only the clip round and the noise differ); the "
+        "records' validation pass also runs once per (task, seed)",
+    )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/private_only.json"))
-    return p.parse_args(argv)
+    p.add_argument(
+        "--merge",
+        default=None,
+        help="comma-separated results files: write their union to --out (summary recomputed; a "
+        "(task, seed) in several is taken from the last listed) and exit",
+    )
+    args = p.parse_args(argv)
+    if args.split == "dev":
+        args.tasks = args.tasks or ",".join(dev_task_names())
+        args.seeds = args.seeds or ",".join(map(str, DEV_SEEDS))
+    else:
+        args.tasks = args.tasks or ",".join(t.name for t in task_suite() if t.is_predicate and t.held_out)
+        args.seeds = args.seeds or "0,1,2"
+    args.clip = [_clip_config(text) for text in args.clip_configs.split(",")]
+    args.selection = [_selection_config(text, args.select_k) for text in args.selection_configs.split(",")]
+    return args
 
 
-def settings_for(variant: str, args, defaults: dict, public_clip: tuple[float, ...]) -> BuildSettings:
-    private_heads, private_clip = variant.startswith("private heads"), variant.endswith("private C")
-    clip = defaults["l2_clip_norm"] if private_heads else public_clip
+def _clip_config(text: str) -> PrivateClipSettings:
+    utility, fraction, *rest = text.split(":")
+    tolerance = {"tolerance": float(rest[0])} if rest else {}
+    return PrivateClipSettings(utility=utility, epsilon_fraction=float(fraction), **tolerance)
+
+
+def clip_label(clip: PrivateClipSettings) -> str:
+    tolerance = f", w={clip.tolerance:g}" if clip.utility == "log-loss" else ""
+    return f" [{clip.utility}{tolerance}, {clip.epsilon_fraction:g}ε]"
+
+
+def _selection_config(text: str, k: int) -> PrivateSelectionSettings | str:
+    """``votes:fraction``, ``candidates:utility:fraction[:list]`` or ``exact:utility[:list]`` (the
+    exact, non-private argmax of the same utilities: an ablation, never a build option)."""
+    kind, *rest = text.split(":")
+    if kind == "votes":
+        return PrivateSelectionSettings(k=k, pool="all", selection_fraction=float(rest[0]))
+    if kind == "candidates":
+        extra = {"candidates": rest[2]} if len(rest) > 2 else {}
+        return PrivateSelectionSettings(
+            k=k, method="candidates", utility=rest[0], selection_fraction=float(rest[1]), **extra
+        )
+    if kind == "exact":
+        return text
+    raise SystemExit(f"unknown selection config {text!r}")
+
+
+def selection_label(selection) -> str:
+    if isinstance(selection, str):
+        return f" [{selection}, no noise]"
+    if selection.method == "votes":
+        return f" [votes top-{selection.k}, {selection.selection_fraction:g}ε]"
+    return f" [{selection.candidates} by {selection.utility}, {selection.selection_fraction:g}ε]"
+
+
+def run_list(args) -> list[tuple[str, PrivateClipSettings | None, object]]:
+    """(variant name, clip settings or None, selection settings / exact ablation / None) for
+    every build of one (task, seed)."""
+    out: list[tuple[str, PrivateClipSettings | None, object]] = []
+    for variant in args.variants.split(";"):
+        heads = args.selection if variant.startswith("private heads") else [None]
+        clips = args.clip if variant.endswith("private C") else [None]
+        for selection in heads:
+            for clip in clips:
+                name = variant
+                if selection is not None and len(args.selection) > 1:
+                    name += selection_label(selection)
+                if clip is not None and len(args.clip) > 1:
+                    name += clip_label(clip)
+                out += [(name, clip, selection)] * (args.repeats if clip or selection else 1)
+    return out
+
+
+def settings_for(
+    args, defaults: dict, public_clip: tuple[float, ...], private_clip, selection
+) -> BuildSettings:
+    clip = defaults["l2_clip_norm"] if isinstance(selection, PrivateSelectionSettings) else public_clip
     return BuildSettings(
         epsilon=args.epsilon,
         delta=1e-5,
-        l2_clip_norm=(1.0,) if private_clip else tuple(clip),
+        l2_clip_norm=(1.0,) if private_clip is not None else tuple(clip),
         shots_per_chunk=args.shots,
         progress=False,
-        private_selection=PrivateSelectionSettings(k=args.select_k, pool="all") if private_heads else None,
-        private_clip=PrivateClipSettings(epsilon_fraction=args.clip_epsilon_fraction)
-        if private_clip
-        else None,
+        private_selection=selection if isinstance(selection, PrivateSelectionSettings) else None,
+        private_clip=private_clip,
     )
+
+
+def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None) -> HeadSet:
+    """The ablation: the candidate with the largest EXACT utility total over the private chunks
+    (no noise, no privacy), for ``exact:utility[:list]``: with ``--reuse-rows`` the very
+    utilities the noisy builds of this (task, seed) saw, else over consecutive records."""
+    from dpmtv.privacy import Partition
+    from dpmtv.prompt_budget import resolve_max_prompt_tokens
+    from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, candidate_totals
+
+    _, utility, *rest = spec.split(":")
+    geometry = loaded.adapter.geometry
+    pool = HeadSet.of((layer, h) for layer in range(geometry.num_layers) for h in range(geometry.num_heads))
+    candidates = tuple(candidate_head_sets(rest[0] if rest else "layer-subsets", pool))
+    task = CandidateUtilities(candidates, utility, resolve_max_prompt_tokens(loaded.adapter, None), shots)
+    chunks = tuple(np.arange(i, i + shots) for i in range(0, len(private) - shots + 1, shots))
+    partition = Partition(chunks=chunks, num_unused=0)
+    utilities = (executor or LocalExecutor()).run(loaded, private, partition, task, progress=False)
+    return candidates[int(np.argmax(candidate_totals(utilities, num_candidates=len(candidates))))]
 
 
 def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -> list[dict]:
     task = get_task(name)
-    chosen = defaults["per_task"].get(name, defaults)
+    chosen = defaults["per_task"][name]
     heads = HeadSet.of(map(tuple, chosen["heads"]))
     private = task_records(task, args.records, seed=seed, split="private")
     test = task_records(task, args.test_queries, seed=seed, split="test")
@@ -107,26 +223,59 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
                 "heads": len(vector.heads.pairs),
                 "l2_clip_norm": p.l2_clip_norm,
                 "epsilon_spent": p.epsilon_spent,
+                "clip_multiplier": (p.clip_norm_selection or {}).get("multiplier"),
+                "head_layers": sorted(vector.heads.layers),
             }
         return out
 
     rows = [row("zero-shot", first_token_correct(loaded.adapter, queries, answers))]
-    for variant in VARIANTS:
-        settings = settings_for(variant, args, defaults, tuple(chosen["l2_clip_norm"]))
+    executor = RowCache() if args.reuse_rows else None
+    exact: dict[str, HeadSet] = {}
+    for variant, clip, selection in run_list(args):
+        settings = settings_for(args, defaults, tuple(chosen["l2_clip_norm"]), clip, selection)
         build_heads = None if settings.private_selection is not None else heads
-        vector = build_task_vector(loaded, private, build_heads, settings).vector
+        if isinstance(selection, str):  # the exact-argmax ablation: its heads given as public
+            if selection not in exact:
+                exact[selection] = exact_candidate(loaded, private, selection, args.shots, executor)
+            build_heads = exact[selection]
+            if clip is None:  # given C: the shared generic norms of the candidate's layers
+                generic = dict(enumerate(defaults["l2_clip_norm"]))
+                settings = replace(settings, l2_clip_norm=tuple(generic[ly] for ly in build_heads.layers))
+        vector = build_task_vector(loaded, private, build_heads, settings, executor=executor).vector
         correct = first_token_correct(loaded.adapter, queries, answers, patches=vector.layer_patches())
         rows.append(row(variant, correct, vector))
     return rows
 
 
+class RowCache(LocalExecutor):
+    """A local executor that extracts the release chunks' centered rows once per head set (and
+    computes the candidate choice's chunk utilities once per utility) and hands the same results
+    to every later build of the (task, seed) (``--reuse-rows``)."""
+
+    def __init__(self):
+        self._rows: dict = {}
+
+    def run(self, loaded, records, partition, task, *, progress: bool = False):
+        if isinstance(task, CandidateUtilities):  # the candidate choice's utilities, once per kind
+            key = (task.utility, tuple(tuple(c.pairs) for c in task.candidates))
+        elif isinstance(task, CenteredRows):
+            key = tuple(task.job.heads.pairs)
+        else:
+            return super().run(loaded, records, partition, task, progress=progress)
+        if key not in self._rows:
+            self._rows[key] = super().run(loaded, records, partition, task, progress=progress)
+        return self._rows[key]
+
+
 def summarise(rows: list[dict]) -> dict:
+    # the variants in the order they ran
+    names = list(dict.fromkeys(r["variant"] for r in rows))
     """Per variant: mean over tasks per seed, then mean and 95% t-interval over seeds; pooled
     deciding-cell accuracy over every (task, seed)."""
     from scipy import stats
 
     out = {}
-    for variant in ("zero-shot", *VARIANTS):
+    for variant in names:
         mine = [r for r in rows if r["variant"] == variant]
         per_seed = [
             np.mean([r["accuracy"] for r in mine if r["seed"] == s])
@@ -145,9 +294,10 @@ def summarise(rows: list[dict]) -> dict:
             "deciding_accuracy": hits / count if count else None,
             "deciding_count": count,
         }
-    base = out["public heads, public C"]["accuracy"]
-    for variant in VARIANTS:
-        out[variant]["ratio_to_public_heads_public_C"] = out[variant]["accuracy"] / base
+    base = out.get("public heads, public C", {}).get("accuracy")
+    for variant in names:
+        if base and variant != "zero-shot":
+            out[variant]["ratio_to_public_heads_public_C"] = out[variant]["accuracy"] / base
     return out
 
 
@@ -164,11 +314,48 @@ def _write(args, rows: list[dict], started: float) -> dict:
     return result
 
 
+def _validate_once() -> None:
+    """``--reuse-rows``: the build's validation pass (every record's prompt encoded) runs once per
+    records list and head pool; its outcome does not depend on the clip configuration."""
+    import dpmtv.pipeline.build as build
+
+    validate, seen = build.validate_build_inputs, set()
+
+    def once(adapter, records, heads, settings):
+        key = (id(records), tuple(heads.pairs), settings.private_selection is not None)
+        if key not in seen:
+            validate(adapter, records, heads, settings)
+            seen.add(key)
+
+    build.validate_build_inputs = once
+
+
+def merge(args) -> dict:
+    """The union of runs over (task, seed)s, with their commands (``--merge``)."""
+    parts = [json.loads(Path(f).read_text()) for f in args.merge.split(",")]
+    owner = {(r["task"], r["seed"]): i for i, part in enumerate(parts) for r in part["rows"]}
+    # a (task, seed) in several runs (a run stopped after its share) is taken from the last one
+    rows = [r for i, part in enumerate(parts) for r in part["rows"] if owner[(r["task"], r["seed"])] == i]
+    result = {
+        "merged_from": [{"file": f, "command": part["command"], "seconds": part["seconds"]}
+                        for f, part in zip(args.merge.split(","), parts, strict=True)],
+        "summary": summarise(rows),
+        "rows": rows,
+    }  # fmt: skip
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.merge:
+        return merge(args)
+    if args.reuse_rows:
+        _validate_once()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    loaded, defaults = load_model("embedded"), load_defaults()
+    loaded = load_model("embedded")
+    defaults = dev_public_defaults(loaded) if args.split == "dev" else load_defaults()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows: list[dict] = []
     for name in args.tasks.split(","):
@@ -178,7 +365,7 @@ def main(argv=None) -> dict:
             result = _write(args, rows, started)  # after every (task, seed): a cut run keeps its rows
     for variant, cell in result["summary"].items():
         print(
-            f"{variant:28s} {cell['accuracy']:.3f}  deciding {cell['deciding_accuracy']} "
+            f"{variant:56s} {cell['accuracy']:.3f}  deciding {cell['deciding_accuracy']} "
             f"(n = {cell['deciding_count']})"
         )
     return result

@@ -59,6 +59,8 @@ def test_the_build_clips_at_the_multiplier_a_seeded_round_picks_from_the_chunks_
         layer_scales=chosen["layer_scales"],
         candidates=CLIP.multipliers,
         epsilon=0.2,
+        utility=CLIP.utility,
+        tolerance=CLIP.tolerance,
         rng=seeded_rng(derive_insecure_seed(7, "private-clip-norm")),
     )
     assert chosen["multiplier"] == redone
@@ -93,7 +95,15 @@ def test_a_claim_with_an_edited_multiplier_or_share_is_refused(tiny_llava, recor
 
     metadata = result.vector.metadata
     check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where="v")
-    for field, value in (("multiplier", 1.2345), ("epsilon_fraction", 0.5), ("epsilon", 0.3)):
+    edits = (
+        ("multiplier", 1.2345),
+        ("epsilon_fraction", 0.5),
+        ("epsilon", 0.3),
+        ("utility", "median"),
+        ("tolerance", 1.0),
+        ("tolerance", "wide"),
+    )
+    for field, value in edits:
         edited = metadata.privacy.model_copy(
             update={"clip_norm_selection": {**metadata.privacy.clip_norm_selection, field: value}}
         )
@@ -123,8 +133,20 @@ def test_a_round_too_weak_for_its_chunks_is_warned_from_public_numbers():
     # McSherry-Talwar: (2·Δ∞/ε)·ln(K/β) with Δ∞ = 2 (median), K = 49 multipliers, β = 0.05
     tolerance = clip_choice_score_tolerance(epsilon=0.1, candidates=CLIP.multipliers, alpha=0.5)
     assert tolerance == pytest.approx(2 * 2 / 0.1 * math.log(49 / 0.05))
-    weak = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.1))
+    weak = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.1, utility="quantile"))
     with pytest.warns(UserWarning, match="private round is weak"):
         assert private_clip_notes(weak, 256)  # 276 > 256 / 2
-    strong = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.5))
+    strong = replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=0.5, utility="quantile"))
     assert private_clip_notes(strong, 256) == []  # 55 < 128
+    # the log-loss: Δ∞ one unit of a range of m units; (2/ε)·ln(K/β) chunks against m/2
+    log_loss = clip_choice_score_tolerance(
+        epsilon=0.2, candidates=CLIP.multipliers, alpha=0.5, utility="log-loss"
+    )
+    assert log_loss == pytest.approx(2 * 1000 / 0.2 * math.log(49 / 0.05))
+    at = {
+        f: replace(SETTINGS, private_clip=PrivateClipSettings(epsilon_fraction=f, utility="log-loss"))
+        for f in (0.1, 0.2)
+    }
+    with pytest.warns(UserWarning, match="private round is weak"):
+        assert private_clip_notes(at[0.1], 256)  # 138 chunks > 128
+    assert private_clip_notes(at[0.2], 256) == []  # 69 < 128

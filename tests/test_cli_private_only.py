@@ -3,9 +3,11 @@ chooses heads and C from the private records alone, under one (ε, δ), with no 
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from dpmtv.cli import main
+from dpmtv.errors import ArtifactIntegrityError
 from dpmtv.privacy import epsilon_of, event_from_json
 from dpmtv.vector import load_task_vector
 
@@ -62,3 +64,49 @@ def test_a_private_clip_norm_refuses_public_data_and_non_private_builds(
     )
     assert non_private.exit_code == 2 and "--non-private" in non_private.output
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
+    tiny_llava_path, records_file, tmp_path
+):
+    """--private-selection candidates: one exponential-mechanism round among the public layer
+    subsets, composed with the clip round and the Gaussian; the load re-derives all three and
+    refuses an edited choice."""
+    from tests.test_artifact_claims import _edited
+
+    out = tmp_path / "v.safetensors"
+    result = _build(
+        tiny_llava_path, records_file, out, "--heads-from", "private", "--private-selection", "candidates",
+        "--selection-utility", "probability", "--selection-fraction", "0.3", "--l2-clip-norm", "private",
+        "--clip-utility", "log-loss",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metadata = load_task_vector(out).metadata
+    selection, p = metadata.head_selection, metadata.privacy
+    assert selection["method"] == "private-candidate-choice"
+    details = selection["details"]
+    assert len(details["candidates"]) == 3 and details["candidates"][details["chosen"]] == metadata.heads
+    assert p.clip_norm_selection["utility"] == "log-loss"
+    event = event_from_json(p.accounting_events)
+    assert [type(e).__name__ for e in event.events] == [
+        "DiscreteLaplaceDpEvent", "DiscreteLaplaceDpEvent", "GaussianDpEvent",
+    ]  # fmt: skip
+    assert epsilon_of(event, delta=p.delta) <= 1.0 + 1e-9
+
+    def other_candidate(document):
+        d = document["head_selection"]["details"]
+        d["chosen"] = (d["chosen"] + 1) % len(d["candidates"])
+
+    def two_rounds(document):
+        document["head_selection"]["details"]["k"] = 2
+
+    def fewer_layers(document):
+        d = document["head_selection"]["details"]
+        d["candidates"] = [[pair] for pair in metadata.heads[:1]] * len(d["candidates"])
+
+    for edit in (other_candidate, two_rounds, fewer_layers):
+        forged = _edited(out, tmp_path / f"{edit.__name__}.safetensors", edit, rehash=True)
+        with pytest.raises(
+            ArtifactIntegrityError, match=r"privacy\.(accounting_events|sensitivity_l2_clip_norm)"
+        ):
+            load_task_vector(forged)

@@ -33,7 +33,7 @@ import dp_accounting
 
 from dpmtv.errors import ArtifactIntegrityError, DpmtvError
 from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
-from dpmtv.privacy.clip_quantile import clip_multiplier_event, clip_norm_candidates
+from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, clip_multiplier_event, clip_norm_candidates
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
 from dpmtv.privacy.noisy_top_k import plan_private_selection
@@ -46,13 +46,19 @@ NOISE_STD_RELATIVE_TOLERANCE = 1e-6
 # sampler map, the accountant's ε): equal up to rounding of the JSON round trip.
 DERIVED_RELATIVE_TOLERANCE = 1e-9
 PRIVATE_SELECTION_METHOD = "private-noisy-top-k"
+# one exponential-mechanism choice among public candidate head sets (dpmtv.selection.candidates)
+PRIVATE_CANDIDATES_METHOD = "private-candidate-choice"
 
 
-def check_privacy_claim(privacy, *, head_selection: dict[str, Any], where: str) -> None:
+def check_privacy_claim(
+    privacy, *, head_selection: dict[str, Any], where: str, heads: list[list[int]] | None = None
+) -> None:
     """Raise ArtifactIntegrityError naming the first field of ``privacy`` (a
-    :class:`dpmtv.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``."""
+    :class:`dpmtv.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``
+    (and, given the released ``heads`` as JSON pairs, a candidate choice that did not pick them)."""
     claim = _Claim(privacy, head_selection, where)
     claim.no_nan()
+    claim.chosen_candidate(heads)
     claim.relation_and_counts()
     claim.sensitivity()
     if privacy.noise_std == 0:
@@ -65,6 +71,33 @@ class _Claim:
     def __init__(self, privacy, head_selection: dict[str, Any], where: str):
         self.p, self.where = privacy, where
         self.selection = head_selection.get("details") if _is_private(head_selection) else None
+        self.candidates = head_selection.get("method") == PRIVATE_CANDIDATES_METHOD
+
+    def chosen_candidate(self, heads: list[list[int]] | None) -> None:
+        """A candidate choice released one of its recorded public candidates, the chosen one."""
+        if not self.candidates:
+            return
+        d = self.selection or {}
+        candidates, chosen = d.get("candidates"), d.get("chosen")
+        if (
+            not isinstance(candidates, list)
+            or not candidates
+            or not isinstance(chosen, int)
+            or not 0 <= chosen < len(candidates)
+            or (heads is not None and [list(p) for p in heads] != candidates[chosen])
+        ):
+            self.refuse("accounting_events", "rests on a candidate choice that did not choose the heads")
+
+    def max_selected_layers(self) -> Any:
+        """How many layers a private selection's heads may occupy: k for the votes' top-k, the
+        largest recorded candidate's layers for a candidate choice."""
+        d = self.selection or {}
+        if not self.candidates:
+            return d.get("k")
+        try:
+            return max(len({int(pair[0]) for pair in c}) for c in d["candidates"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
 
     def refuse(self, field: str, why: str) -> None:
         raise ArtifactIntegrityError(
@@ -121,7 +154,7 @@ class _Claim:
                 )
             return
         worst = sorted(p.sensitivity_l2_clip_norm, reverse=True)
-        k = self.selection.get("k")
+        k = self.max_selected_layers()
         if not isinstance(k, int) or len(worst) > k or len(worst) < len(released):
             self.refuse("sensitivity_l2_clip_norm", f"cannot be the worst case of k = {k!r} selected heads")
         if any(w < r for w, r in zip(worst, released, strict=False)):
@@ -212,6 +245,8 @@ class _Claim:
         if self.selection is None:
             return []
         d = self.selection
+        if self.candidates and (d.get("k") != 1 or d.get("max_votes_per_chunk") != 1):
+            self.refuse("accounting_events", "rests on a candidate choice that is not one round (k = k' = 1)")
         try:
             plan = plan_private_selection(
                 total_epsilon=self.p.epsilon,
@@ -241,10 +276,13 @@ class _Claim:
                 low=d["multiplier_low"], high=d["multiplier_high"], count=d["multiplier_count"]
             )
             scales = [float(g) for g in d["layer_scales"]]
+            utility, tolerance = d.get("utility", "quantile"), float(d.get("tolerance", 4.0))
         except (DpmtvError, KeyError, TypeError, ValueError) as exc:
             self.refuse("clip_norm_selection", f"cannot be re-derived ({exc!r})")
         if d.get("method") != "private-quantile" or not 0.0 < fraction < 1.0:
             self.refuse("clip_norm_selection", "is not a private quantile with a share of epsilon in (0, 1)")
+        if utility not in CLIP_UTILITIES or not 1.0 < tolerance < math.inf:
+            self.refuse("clip_norm_selection", f"utility is not one of {CLIP_UTILITIES} with a tolerance > 1")
         epsilon = fraction * self.p.epsilon
         if not _close(float(d.get("epsilon", math.nan)), epsilon):
             self.refuse(
@@ -309,7 +347,7 @@ class _Claim:
 
 
 def _is_private(head_selection: dict[str, Any]) -> bool:
-    return head_selection.get("method") == PRIVATE_SELECTION_METHOD
+    return head_selection.get("method") in (PRIVATE_SELECTION_METHOD, PRIVATE_CANDIDATES_METHOD)
 
 
 def _close(value: float, expected: float) -> bool:

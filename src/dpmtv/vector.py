@@ -259,7 +259,9 @@ def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = (
     # which commands that load no artifact (`--help`) should not pay for
     from dpmtv._artifact_claim import check_privacy_claim
 
-    check_privacy_claim(metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'")
+    check_privacy_claim(
+        metadata.privacy, head_selection=metadata.head_selection, where=f"'{path}'", heads=metadata.heads
+    )
     return TaskVector(heads, tensors["vector"], metadata, tensors.get("reference"), signer)
 
 
@@ -292,8 +294,7 @@ def _check_format(path: Path, document: dict[str, Any]) -> None:
 def _claim_words(document: dict[str, Any]) -> str:
     privacy = document.get("privacy", {})
     return ", ".join(
-        f"{k} = {privacy.get(k)!r}"
-        for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
+        f"{k} = {privacy.get(k)!r}" for k in ("private", "epsilon", "delta", "noise_sampler", "insecure_seed")
     )
 
 

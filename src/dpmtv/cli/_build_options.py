@@ -15,7 +15,11 @@ from dpmtv.cli._common import (
 from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
 from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.settings import PrivateClipSettings
+from dpmtv.privacy.clip_quantile import CLIP_UTILITIES
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
+
+_CLIP = PrivateClipSettings()  # the private clip round's defaults, in one place
 
 
 def build_options(function):
@@ -62,10 +66,10 @@ _OPTIONS = [
     click.option(
         "--selection-fraction",
         type=float,
-        default=0.5,
-        show_default=True,
+        default=None,
         help="Private selection, sequential: the share of ε spent on selection; σ of the release is "
-        "calibrated so the composition meets the total (ε, δ).",
+        "calibrated so the composition meets the total (ε, δ). Default 0.5 for --private-selection "
+        "votes, 0.3 for candidates (chosen on the dev set of benchmarks/private_only.py).",
     ),
     click.option(
         "--selection-composition",
@@ -78,6 +82,33 @@ _OPTIONS = [
     ),
     click.option(
         "--select-pool", default="all", show_default=True, help="Public candidate heads for selection."
+    ),
+    click.option(
+        "--private-selection",
+        type=click.Choice(["votes", "candidates"]),
+        default="votes",
+        show_default=True,
+        help="With --heads-from private: 'votes' (each chunk votes for its --select-k best heads by "
+        "attribution patching; noisy top-k) or 'candidates' (one exponential-mechanism choice among a "
+        "PUBLIC list of head sets, --selection-candidates, by each chunk's --selection-utility: "
+        "sensitivity 1 whatever the number of heads; --select-k is then unused).",
+    ),
+    click.option(
+        "--selection-candidates",
+        type=click.Choice(["layer-subsets", "layer-blocks"]),
+        default="layer-subsets",
+        show_default=True,
+        help="--private-selection candidates: all --select-pool heads of each non-empty subset of its "
+        "layers (2^L - 1 sets, L <= 8) or of each contiguous block of layers.",
+    ),
+    click.option(
+        "--selection-utility",
+        type=click.Choice(["correct", "probability"]),
+        default="probability",
+        show_default=True,
+        help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
+        "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "
+        "token is then the greedy one (else 0), or that token's probability.",
     ),
     click.option("--epsilon", type=float, help="Privacy budget ε of the build (> 0)."),
     click.option(
@@ -98,7 +129,7 @@ _OPTIONS = [
     click.option(
         "--clip-epsilon-fraction",
         type=float,
-        default=0.1,
+        default=_CLIP.epsilon_fraction,
         show_default=True,
         help="With --l2-clip-norm private: the share of ε spent choosing C (one exponential-mechanism "
         "round); σ of the release is calibrated so the composition meets the total (ε, δ).",
@@ -114,6 +145,23 @@ _OPTIONS = [
         default=DEFAULT_CLIP_QUANTILE,
         show_default=True,
         help="With --l2-clip-norm auto or private: the quantile of the chunk norms taken as C.",
+    ),
+    click.option(
+        "--clip-utility",
+        type=click.Choice(CLIP_UTILITIES),
+        default=_CLIP.utility,
+        show_default=True,
+        help="With --l2-clip-norm private: the clip round's score, OpenDP's 'quantile' score (counts of "
+        "chunks on each side: a miss may land anywhere on the grid) or 'log-loss' (the quantile's "
+        "pinball loss in log space, each chunk's term clipped at a --clip-tolerance-fold miss: a near "
+        "miss costs little, a far one is exponentially unlikely).",
+    ),
+    click.option(
+        "--clip-tolerance",
+        type=float,
+        default=_CLIP.tolerance,
+        show_default=True,
+        help="--clip-utility log-loss: the factor beyond which a chunk's loss is clipped (> 1).",
     ),
     click.option(
         "--shots-per-chunk",

@@ -59,7 +59,7 @@ def command(**options) -> None:
     prepare_output_folder(out)
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
     heads, settings = _heads_and_settings(loaded, options)
-    num_heads = len(heads.pairs) if heads is not None else options["select_k"]
+    num_heads = len(heads.pairs) if heads is not None else _most_selected_heads(loaded, settings)
     centered, head_dim = options["center"] != "none", loaded.adapter.geometry.head_dim
     check_output_space(out, artifact_size_bound(num_heads=num_heads, head_dim=head_dim, centered=centered))
     result = _build(loaded, records, heads, settings, options, charge, started_at=started_at)
@@ -163,7 +163,10 @@ def _heads_and_settings(loaded, options) -> tuple[HeadSet | None, BuildSettings]
     auto, private = options["l2_clip_norm"] == "auto", options["l2_clip_norm"] == "private"
     private_clip = (
         PrivateClipSettings(
-            epsilon_fraction=options["clip_epsilon_fraction"], quantile=options["clip_quantile"]
+            epsilon_fraction=options["clip_epsilon_fraction"],
+            quantile=options["clip_quantile"],
+            utility=options["clip_utility"],
+            tolerance=options["clip_tolerance"],
         )
         if private
         else None
@@ -297,12 +300,17 @@ def _heads(loaded, params):
     from dpmtv.selection.resolve import resolve_heads
 
     if params["heads_from"] == "private":
-        _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
+        candidates = params["private_selection"] == "candidates"
+        if not candidates:
+            _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
         private_selection = PrivateSelectionSettings(
             k=params["select_k"],
-            selection_fraction=params["selection_fraction"],
+            selection_fraction=_selection_fraction(params["selection_fraction"], candidates),
             composition=params["selection_composition"],
             pool=params["select_pool"],
+            method=params["private_selection"],
+            candidates=params["selection_candidates"],
+            utility=params["selection_utility"],
         )
         return None, {"method": "private"}, private_selection
     heads, head_selection = resolve_heads(
@@ -316,6 +324,25 @@ def _heads(loaded, params):
         progress=not params["quiet"],
     )
     return heads, head_selection, None
+
+
+def _selection_fraction(given: float | None, candidates: bool) -> float:
+    """--selection-fraction, or the method's default (docs/design.md §3)."""
+    from dpmtv.privacy.noisy_top_k import DEFAULT_CANDIDATE_SELECTION_FRACTION, DEFAULT_SELECTION_FRACTION
+
+    if given is not None:
+        return given
+    return DEFAULT_CANDIDATE_SELECTION_FRACTION if candidates else DEFAULT_SELECTION_FRACTION
+
+
+def _most_selected_heads(loaded, settings) -> int:
+    """The most heads a private selection can release: k, or a candidate's whole pool."""
+    from dpmtv.heads import parse_head_spec
+
+    selection = settings.private_selection
+    if selection.method == "candidates":
+        return len(parse_head_spec(selection.pool, loaded.adapter.geometry).pairs)
+    return selection.k
 
 
 def _check_select_k(k: int, pool_spec: str, geometry) -> None:

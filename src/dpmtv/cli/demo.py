@@ -10,7 +10,9 @@ from dpmtv.cli._common import console, float_list
 
 @click.command(name="demo")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("demo-out"), show_default=True)
-@click.option("--quick", is_flag=True, help="4 tasks, 1 seed, N = 256, ε = 1 only (about 70 s of CPU; for tests).")
+@click.option(
+    "--quick", is_flag=True, help="4 tasks, 1 seed, N = 256, ε = 1 only (about 70 s of CPU; for tests)."
+)
 @click.option("--records-per-task", type=int, help="N private records per task (default 2048).")
 @click.option("--shots-per-chunk", type=int, help="Records per chunk s (default 8).")
 @click.option("--epsilons", callback=float_list, help="Comma-separated ε values (default 0.5,1,2,4,8).")

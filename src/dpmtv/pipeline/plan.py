@@ -27,7 +27,11 @@ from dpmtv.privacy import (
     make_sampler,
     parse_l2_clip_norms,
 )
-from dpmtv.privacy.clip_quantile import clip_choice_score_tolerance, clip_multiplier_event, quantile_scores
+from dpmtv.privacy.clip_quantile import (
+    clip_choice_score_tolerance,
+    clip_multiplier_event,
+    multiplier_score_range,
+)
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.noise import NoiseSampler
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
@@ -171,11 +175,12 @@ def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
     selection = settings.private_selection
     if selection is None:
         return None
+    candidates = selection.method == "candidates"  # one round of sensitivity 1 (selection.candidates)
     return plan_private_selection(
         total_epsilon=settings.epsilon,
         total_delta=settings.delta,
-        k=selection.k,
-        max_votes_per_chunk=selection.max_votes_per_chunk,
+        k=1 if candidates else selection.k,
+        max_votes_per_chunk=1 if candidates else selection.max_votes_per_chunk,
         selection_fraction=selection.selection_fraction,
         composition=selection.composition,
     )
@@ -207,7 +212,10 @@ def sensitivity_clip_norms(
     if settings.private_selection is None:
         assert heads is not None  # without private selection the heads are known before the build
         return [clip_norms[layer] for layer in heads.layers]
-    return worst_case_clip_norms(list(clip_norms.values()), max_layers=settings.private_selection.k)
+    selection = settings.private_selection
+    # a candidate may hold every pool layer (selection.candidates); k heads occupy at most k layers
+    layers = len(clip_norms) if selection.method == "candidates" else selection.k
+    return worst_case_clip_norms(list(clip_norms.values()), max_layers=layers)
 
 
 def private_clip_notes(settings: BuildSettings, num_chunks: int, *, stacklevel: int = 3) -> list[str]:
@@ -219,10 +227,13 @@ def private_clip_notes(settings: BuildSettings, num_chunks: int, *, stacklevel: 
         return []
     (event,) = private_clip_events(settings)
     tolerance = clip_choice_score_tolerance(
-        epsilon=float(event.noise_parameter), candidates=clip.multipliers, alpha=clip.quantile
+        epsilon=float(event.noise_parameter),
+        candidates=clip.multipliers,
+        alpha=clip.quantile,
+        utility=clip.utility,
     )
-    # the score of a candidate below every chunk: the whole range, m chunks times α's scale
-    score_range = float(quantile_scores([1.0] * num_chunks, candidates=(0.5, 2.0), alpha=clip.quantile)[0])
+    # the score of a candidate beyond every chunk: the whole range at the public m
+    score_range = multiplier_score_range(num_chunks=num_chunks, alpha=clip.quantile, utility=clip.utility)
     if tolerance <= 0.5 * score_range:
         return []
     note = (

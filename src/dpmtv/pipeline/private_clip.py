@@ -116,6 +116,8 @@ def _choose(
         candidates=clip.multipliers,
         epsilon=epsilon,
         alpha=clip.quantile,
+        utility=clip.utility,
+        tolerance=clip.tolerance,
         rng=rng,
     )
     return ClipChoice(clip, scales, multiplier, epsilon)

@@ -32,6 +32,7 @@ from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.pipeline.tasks import sum_clipped_chunks
 from dpmtv.privacy import derive_insecure_seed, seeded_rng
 from dpmtv.privacy.release import NoisedVector, release_clipped_sum
+from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, select_private_candidates
 from dpmtv.selection.private import select_private
 from dpmtv.selection.result import SelectionResult
 
@@ -115,6 +116,26 @@ def _select_privately(
         raise ParameterError("private selection needs private selection settings")
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
+    chosen = settings.private_selection
+    if chosen is not None and chosen.method == "candidates":
+        task = CandidateUtilities(
+            candidates=tuple(candidate_head_sets(chosen.candidates, plan.candidates)),
+            utility=chosen.utility,
+            max_prompt_tokens=settings.max_prompt_tokens,
+            shots_per_chunk=settings.shots_per_chunk,
+            prepare_workers=settings.prepare_workers,
+            private_batch_size=settings.private_batch_size or 1,
+        )
+        return select_private_candidates(
+            loaded,
+            records,
+            plan.layout.selection_part,
+            task=task,
+            plan=selection_plan,
+            rng=rng,
+            progress=settings.progress,
+            executor=executor,
+        )
     return select_private(
         loaded,
         records,

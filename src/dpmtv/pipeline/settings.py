@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from dpmtv.errors import ParameterError
 from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import AdjacencyRelation, parse_relation
-from dpmtv.privacy.clip_quantile import DEFAULT_CLIP_QUANTILE, clip_norm_candidates
+from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, DEFAULT_CLIP_QUANTILE, clip_norm_candidates
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
@@ -59,6 +59,12 @@ class PrivateSelectionSettings:
     composition: str = "sequential"
     max_votes_per_chunk: int | None = None
     pool: str = "all"  # public head spec of the candidates
+    # "votes": the chunks' head votes, noisy top-k; "candidates": one exponential-mechanism choice
+    # among the public list ``candidates`` of head sets by the chunks' ``utility``
+    # (dpmtv.selection.candidates; k is then unused)
+    method: str = "votes"
+    candidates: str = "layer-subsets"
+    utility: str = "probability"  # chosen on the dev set (exact argmax 0.763 against 0.586 for correct)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.k, int) and self.k >= 1):
@@ -67,6 +73,17 @@ class PrivateSelectionSettings:
             raise ParameterError(
                 f"selection composition must be 'sequential' or 'parallel', got {self.composition!r}"
             )
+        allowed = {
+            "method": ("votes", "candidates"),
+            "candidates": ("layer-subsets", "layer-blocks"),
+            "utility": ("correct", "probability"),
+        }
+        for name, choices in allowed.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ParameterError(
+                    f"private selection {name} must be one of {', '.join(choices)}, got {value!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,14 +93,19 @@ class PrivateClipSettings:
     (:func:`dpmtv.privacy.clip_quantile.private_clip_multiplier`): layer ``l`` is clipped at
     ``c·g_l``, ``g_l`` the released heads' norm in that layer on a public blank-image prompt, ``c``
     the private ``quantile`` of each chunk's largest norm-to-``g`` ratio over the public geometric
-    grid of ``multiplier_count`` multipliers from ``multiplier_low`` to ``multiplier_high``. The
-    release's σ is calibrated on the rest of the budget (the PLD accountant composes both)."""
+    grid of ``multiplier_count`` multipliers from ``multiplier_low`` to ``multiplier_high``, scored
+    by ``utility``: OpenDP's "quantile" score or the clipped "log-loss" (pinball loss in log space,
+    each chunk's term clipped at a ``tolerance``-fold miss). The release's σ is calibrated on the
+    rest of the budget (the PLD accountant composes both)."""
 
-    epsilon_fraction: float = 0.1
+    # chosen on the DEV set of benchmarks/private_only.py --split dev (docs/design.md §2)
+    epsilon_fraction: float = 0.2
     quantile: float = DEFAULT_CLIP_QUANTILE
     multiplier_low: float = 1 / 64
     multiplier_high: float = 64.0
     multiplier_count: int = 49
+    utility: str = "log-loss"
+    tolerance: float = 4.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.epsilon_fraction < 1.0:
@@ -93,6 +115,12 @@ class PrivateClipSettings:
             )
         if not 0.0 < self.quantile < 1.0:
             raise ParameterError(f"--clip-quantile must be in (0, 1), got {self.quantile!r}")
+        if self.utility not in CLIP_UTILITIES:
+            raise ParameterError(
+                f"--clip-utility must be one of {', '.join(CLIP_UTILITIES)}, got {self.utility!r}"
+            )
+        if not (isinstance(self.tolerance, (int, float)) and 1.0 < float(self.tolerance) < float("inf")):
+            raise ParameterError(f"--clip-tolerance must be a finite factor > 1, got {self.tolerance!r}")
 
     @property
     def multipliers(self) -> tuple[float, ...]:
@@ -108,6 +136,8 @@ class PrivateClipSettings:
             "multiplier_low": self.multiplier_low,
             "multiplier_high": self.multiplier_high,
             "multiplier_count": self.multiplier_count,
+            "utility": self.utility,
+            "tolerance": self.tolerance,
         }
 
 

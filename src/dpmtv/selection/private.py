@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -133,8 +133,12 @@ def chunk_head_scores(
     private_batch_size: int = 1,
     chunk_ids: Sequence[int] | None = None,
     shots_per_chunk: int | None = None,
+    scorer: Callable[..., torch.Tensor | None] | None = None,
 ) -> Iterator[torch.Tensor | None]:
-    """Per chunk, the attribution score of every head (L, H) float32, or None (no vote).
+    """Per chunk, the attribution score of every head (L, H) float32, or None (no vote); with
+    ``scorer``, ``scorer(loaded, chunk, captured)`` instead (the candidate utilities of
+    :mod:`dpmtv.selection.candidates`), ``captured`` the chunk prompt's last-token outputs of
+    every head ``{layer: (1, H*d)}`` or None.
 
     Each chunk's prompt gets its own forward pass, or with ``private_batch_size`` above 1 (and a
     family that allows it) the row its chunk id (``chunk_ids``, default the positions) assigns in
@@ -164,7 +168,8 @@ def chunk_head_scores(
                 if len(chunk) < 2:  # no demonstration: no vote
                     yield None
                 else:
-                    yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, next(captured)))
+                    score = scorer or _chunk_scores
+                    yield finite_or_none(chunk_or_none(score, loaded, chunk, next(captured)))
                 advance(1)
     finally:
         captured.close()

@@ -1,0 +1,234 @@
+r"""Private head selection among a small PUBLIC list of candidate head sets (issue 28):
+``--private-selection candidates``.
+
+Candidates (:func:`candidate_head_sets`) come from public architecture facts only: the model's
+geometry and the public pool, never from data. ``layer-subsets``: all pool heads of each non-empty
+subset of the pool's layers (``2^L − 1`` sets; at most :data:`MAX_LAYER_SUBSETS`);
+``layer-blocks``: all pool heads of each contiguous block of layers (``L(L+1)/2``).
+
+The utility of candidate ``S`` for chunk ``j`` (:func:`chunk_candidate_utilities`): chunk ``j``'s
+records ``r_1..r_s`` form the build's many-shot prompt (``r_s``'s question as the query); the
+last-token outputs ``a_j`` of every head of that prompt are the chunk's own mean. Patching
+``a_j`` into the heads of ``S`` on ``r_s``'s zero-shot question gives
+
+- ``correct``: 1 if the greedy first answer token is ``r_s``'s answer's first token, else 0;
+- ``probability``: the probability of that token, in ``[0, 1]``.
+
+Sensitivity. ``u_j ∈ [0, 1]^n`` is a function of chunk ``j``'s records alone (and the public model
+and candidates), and a neighbouring dataset changes one chunk (replace-one: the changed record's
+chunk under the data-independent partition; add-remove-one: the record's keyed-hash chunk, from or
+to empty, an empty or failed chunk contributing 0). So every total ``U(S) = Σ_j u_j(S)`` moves by
+at most 1: ``L∞ = 1``, for any number of candidates (:func:`candidate_totals` checks the range in
+code). The choice is the exponential mechanism, one round of
+:func:`dpmtv.privacy.noisy_top_k.noisy_top_k` with ``k = 1`` (Gumbel scale ``2/ε_sel``,
+non-monotone), accounted as ``DiscreteLaplaceDpEvent(ε_sel, 1)`` by
+:func:`dpmtv.privacy.noisy_top_k.plan_private_selection` with ``k = 1`` and composed with the
+release by dp-accounting's PLD accountant, as for the head votes. Only the chosen candidate leaves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from dpmtv._artifact_claim import PRIVATE_CANDIDATES_METHOD
+from dpmtv.data.records import Record
+from dpmtv.errors import ParameterError
+from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.heads import HeadSet
+from dpmtv.hooks import blend_heads_per_row
+from dpmtv.models.loading import LoadedModel
+from dpmtv.privacy import Partition
+from dpmtv.privacy.events import event_to_json
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
+from dpmtv.selection._search import mask_of
+from dpmtv.selection.private import _held_out_query, chunk_head_scores
+from dpmtv.selection.result import SelectionResult
+
+__all__ = [
+    "CANDIDATE_LISTS",
+    "CANDIDATE_UTILITIES",
+    "CandidateUtilities",
+    "candidate_head_sets",
+    "candidate_totals",
+    "chunk_candidate_utilities",
+    "select_private_candidates",
+]
+
+CANDIDATE_LISTS = ("layer-subsets", "layer-blocks")
+CANDIDATE_UTILITIES = ("correct", "probability")
+MAX_LAYER_SUBSETS = 255  # 2^8 − 1: beyond 8 pool layers use layer-blocks
+
+
+def candidate_head_sets(kind: str, pool: HeadSet) -> list[HeadSet]:
+    """The public candidate list ``kind`` over ``pool`` (module docstring), in a fixed order."""
+    layers = list(pool.layers)
+    if kind == "layer-subsets":
+        if 2 ** len(layers) - 1 > MAX_LAYER_SUBSETS:
+            raise ParameterError(
+                f"layer-subsets of {len(layers)} pool layers is {2 ** len(layers) - 1} candidates (at most "
+                f"{MAX_LAYER_SUBSETS}); use --selection-candidates layer-blocks or a smaller --select-pool"
+            )
+        groups = [c for r in range(1, len(layers) + 1) for c in itertools.combinations(layers, r)]
+    elif kind == "layer-blocks":
+        groups = [tuple(layers[i:j]) for i in range(len(layers)) for j in range(i + 1, len(layers) + 1)]
+    else:
+        raise ParameterError(
+            f"--selection-candidates must be one of {', '.join(CANDIDATE_LISTS)}, got {kind!r}"
+        )
+    return [HeadSet.of((layer, head) for layer in group for head in pool.heads_in(layer)) for group in groups]
+
+
+def _candidate_utility(
+    loaded: LoadedModel,
+    chunk: Sequence[Record],
+    captured: dict[int, np.ndarray] | None,
+    *,
+    masks: torch.Tensor,
+    utility: str,
+) -> torch.Tensor | None:
+    """``(n,)`` float64 tensor in [0, 1]: chunk ``chunk``'s own last-token head outputs ``captured``
+    patched into each candidate's heads (``masks`` ``(n, L, H)``) on its last record's zero-shot
+    question; None when the chunk's pass was dropped or failed (it then contributes 0)."""
+    if captured is None:
+        return None
+    adapter, geometry = loaded.adapter, loaded.adapter.geometry
+    values = {
+        layer: torch.from_numpy(captured[layer][0].reshape(geometry.num_heads, -1)).float()
+        for layer in range(geometry.num_layers)
+    }  # {layer: (H, d)}
+    query = _held_out_query(adapter, chunk[-1])
+    inputs = adapter.encode([query.prompt] * masks.shape[0])
+    with torch.no_grad(), blend_heads_per_row(adapter, values, masks.float()):
+        logits = adapter.model(**inputs).logits[:, -1].float()  # (n, V)
+    out: torch.Tensor
+    if utility == "correct":
+        out = (logits.argmax(-1) == query.target).double()
+    else:
+        out = logits.softmax(-1)[:, query.target].double()
+    return out  # NaN/inf: the failed-chunk rule (no utility)
+
+
+@dataclass(frozen=True)
+class CandidateUtilities:
+    """The chunk task (:class:`dpmtv.executor.ChunkTask`) of the candidate choice: each non-empty
+    chunk's utilities ``(n,)`` (or None), in chunk order."""
+
+    candidates: tuple[HeadSet, ...]
+    utility: str
+    max_prompt_tokens: int | None
+    shots_per_chunk: int
+    prepare_workers: int | None = None
+    private_batch_size: int = 1
+    description: ClassVar[str] = "private candidate utilities"
+
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> list[torch.Tensor | None]:
+        geometry = loaded.adapter.geometry
+        masks = torch.stack([mask_of(c, geometry) for c in self.candidates])  # (n, L, H) bool
+        cut = self.shots_per_chunk
+        items = partition.nonempty_items()
+        return list(
+            chunk_head_scores(
+                loaded,
+                [[records[int(i)] for i in chunk[:cut]] for _, chunk in items],
+                max_prompt_tokens=self.max_prompt_tokens,
+                progress=progress,
+                prepare_workers=self.prepare_workers,
+                private_batch_size=self.private_batch_size,
+                chunk_ids=[j for j, _ in items],
+                shots_per_chunk=cut,
+                scorer=partial(_candidate_utility, masks=masks, utility=self.utility),
+            )
+        )
+
+    def combine(self, results: list[list[torch.Tensor | None]]) -> list[torch.Tensor | None]:
+        return [u for part in results for u in part]
+
+
+def chunk_candidate_utilities(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    task: CandidateUtilities,
+    *,
+    executor: Executor | None = None,
+    progress: bool = False,
+) -> list[torch.Tensor | None]:
+    """Every non-empty chunk's utilities (module docstring), computed by ``executor``."""
+    utilities: list[torch.Tensor | None] = (executor or LocalExecutor()).run(
+        loaded, records, partition, task, progress=progress
+    )
+    return utilities
+
+
+def candidate_totals(utilities: Sequence[torch.Tensor | None], *, num_candidates: int) -> np.ndarray:
+    """``U(S) = Σ_j u_j(S)``, ``(n,)`` float64. Enforces what ``L∞ = 1`` needs: each chunk gives
+    ``num_candidates`` values in [0, 1] (None, a dropped or failed chunk, gives 0)."""
+    totals = np.zeros(num_candidates, dtype=np.float64)
+    for index, u in enumerate(utilities):
+        if u is None:
+            continue
+        values = np.asarray(u, dtype=np.float64)
+        if values.shape != (num_candidates,) or not np.all((values >= 0) & (values <= 1)):
+            raise ParameterError(
+                f"chunk {index}: a candidate utility must be {num_candidates} values in [0, 1], "
+                f"got {values!r}"
+            )
+        totals += values
+    return totals
+
+
+def select_private_candidates(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    *,
+    task: CandidateUtilities,
+    plan: PrivateSelectionPlan,
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+    executor: Executor | None = None,
+) -> SelectionResult:
+    """Utilities of ``partition``'s chunks → totals → one ``ε_sel``-DP exponential-mechanism
+    choice (``noisy_top_k``, ``k = 1``) → the chosen candidate's heads. ``plan`` must be the
+    ``k = 1`` plan (``plan_private_selection(k=1, max_votes_per_chunk=1)``); ``rng``: seeded numpy
+    Gumbel noise, INSECURE, for tests and experiments only."""
+    if plan.k != 1 or plan.max_votes_per_chunk != 1:
+        raise ParameterError("the candidate choice is one round of sensitivity 1: its plan needs k = k' = 1")
+    started = time.perf_counter()
+    utilities = chunk_candidate_utilities(
+        loaded, records, partition, task, executor=executor, progress=progress
+    )
+    totals = candidate_totals(utilities, num_candidates=len(task.candidates))
+    scores = np.rint(totals).astype(np.int64) if task.utility == "correct" else totals  # (n,)
+    (picked,) = noisy_top_k(scores, k=1, epsilon=plan.epsilon_selection, rng=rng)
+    del utilities, totals, scores  # private intermediates: only the noisy choice leaves
+    return SelectionResult(
+        heads=task.candidates[picked],
+        method=PRIVATE_CANDIDATES_METHOD,
+        metric="none",
+        seconds=time.perf_counter() - started,
+        details={
+            "candidates": [c.to_json() for c in task.candidates],
+            "utility": task.utility,
+            "chosen": int(picked),
+            "k": 1,
+            "max_votes_per_chunk": 1,
+            "epsilon_selection": plan.epsilon_selection,
+            "selection_fraction": plan.budget.selection_fraction,
+            "noise_scale": plan.noise_scale,
+            "composition": plan.composition,
+            "num_chunks_voting": partition.num_chunks,
+            "sampler": "seeded-numpy-gumbel (INSECURE)" if rng is not None else "opendp-gumbel",
+            "event": event_to_json(plan.event),
+        },
+    )
