@@ -47,8 +47,8 @@ public blank-image prompt), each chunk contributes the one number ``r_j = max_l 
 the grid holds candidate multipliers ``c``, and the build clips layer ``l`` at ``C_l = c·g_l``.
 ``r_j`` is a function of chunk ``j`` alone, so a neighbouring dataset still changes one
 coordinate of ``r``: the same ``Δ∞`` as one layer above, one ``DiscreteLaplaceDpEvent(ε, 1)``
-(:func:`clip_multiplier_event`), and the ``α``-quantile of ``r`` leaves a share ``1 − α`` of the
-chunks unclipped in every layer.
+(:func:`clip_multiplier_event`), and the ``α``-quantile of ``r`` leaves a share ``α`` of the
+chunks unclipped in every layer (those with ``r_j <= c``).
 
 A utility that degrades gracefully (``utility="log-loss"``)
 ============================================================
