@@ -32,6 +32,14 @@ def test_gain_kept_is_nan_when_there_is_no_gain_to_keep():
     assert math.isnan(gain_kept(_summary(zero=0.0, icl=0.0, mtv=0.0, dp=0.0))["mtv_over_icl"])
 
 
+def test_a_gain_within_noise_has_no_share_reported():
+    """The held-out deciding cells: ICL 0.610 against zero-shot 0.595 (a gain of 0.015) made
+    DP-MTV's 0.656 read as "keeps 422 % of the ICL gain"."""
+    kept = gain_kept(_summary(zero=0.595, icl=0.610, mtv=0.601, dp=0.656))
+    assert math.isnan(kept["of_icl_gain"]) and math.isnan(kept["of_mtv_gain"])
+    assert math.isclose(kept["mtv_over_icl"], 0.601 / 0.610)
+
+
 def test_cells_carry_the_spread_over_seeds_and_the_note_says_why():
     row = {"method": "dp-mtv", "epsilon": 1.0, "accuracy": 0.5, "ci95": 0.1, "per_seed": [0.45, 0.5, 0.55]}
     single = {"method": "dp-mtv", "epsilon": 1.0, "accuracy": 0.5, "ci95": None, "per_seed": [0.5]}
@@ -75,3 +83,14 @@ def test_a_summary_over_rows_of_only_some_seeds_uses_those_seeds(recwarn):
     assert entry["per_seed"] == [0.625]
     assert entry["accuracy"] == 0.625
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_summary_json_has_no_nan():
+    import json
+
+    from dpmtv.demo.report import _without_nan
+
+    meta = {"kept": gain_kept(_summary(zero=0.5, icl=0.5, mtv=0.5, dp=0.6)), "rows": [float("nan"), 1.0]}
+    text = json.dumps(_without_nan(meta))
+    json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    assert json.loads(text)["rows"] == [None, 1.0]

@@ -72,15 +72,16 @@ def deciding_markdown(summary: dict[str, list[dict]], kept: dict[str, dict]) -> 
         lines.append(f"| {row['method']} | {eps} | " + " | ".join(cells) + " |")
     for g, k in kept.items():
         lines.append(
-            f"- {GROUP_TITLES[g]}, deciding cells: DP-MTV at ε = 1 keeps {_pct(k['of_icl_gain'])} of "
-            f"the ICL gain over zero-shot and {_pct(k['of_mtv_gain'])} of MTV's; "
+            f"- {GROUP_TITLES[g]}, deciding cells: DP-MTV at ε = 1 keeps {pct(k['of_icl_gain'])} of "
+            f"the ICL gain over zero-shot and {pct(k['of_mtv_gain'])} of MTV's; "
             f"MTV / ICL = {_fmt(k['mtv_over_icl'])}."
         )
     return lines
 
 
-def _pct(value: float) -> str:
-    return "—" if math.isnan(value) else f"{value:.0%}"
+def pct(value: float | None) -> str:
+    """A share as a percentage; "—" where there is none (None or NaN: no gain to keep)."""
+    return "—" if value is None or math.isnan(value) else f"{value:.0%}"
 
 
 def per_task_markdown(per_task: dict[str, dict], config) -> list[str]:
