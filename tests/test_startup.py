@@ -84,3 +84,20 @@ def test_inspect_plan_and_budget_import_no_model_stack(tiny_llava_path, records_
     assert _heavy_modules_after("budget", *init) == []
     assert _heavy_modules_after("budget", "show", "--ledger", str(ledger)) == []
     assert _heavy_modules_after("budget", "show", "d", "--ledger", str(ledger)) == []
+
+
+def test_the_cli_defaults_repeat_the_privacy_maths_constants():
+    """``dpmtv.pipeline.defaults`` repeats constants that ``--help`` cannot import from
+    ``dpmtv.privacy`` (it loads dp-accounting); they must stay equal."""
+    from dpmtv.pipeline import defaults
+    from dpmtv.pipeline.settings import PrivateClipSettings
+    from dpmtv.privacy import clip_quantile
+
+    assert defaults.CLIP_UTILITIES == clip_quantile.CLIP_UTILITIES
+    assert defaults.DEFAULT_CLIP_QUANTILE == clip_quantile.DEFAULT_CLIP_QUANTILE
+    clip = PrivateClipSettings()
+    assert (clip.epsilon_fraction, clip.utility, clip.tolerance) == (
+        defaults.DEFAULT_CLIP_EPSILON_FRACTION,
+        defaults.DEFAULT_CLIP_UTILITY,
+        defaults.DEFAULT_CLIP_TOLERANCE,
+    )

@@ -14,12 +14,16 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
-from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE, DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
-from dpmtv.pipeline.settings import PrivateClipSettings
-from dpmtv.privacy.clip_quantile import CLIP_UTILITIES
+from dpmtv.pipeline.defaults import (
+    CLIP_UTILITIES,
+    DEFAULT_CLIP_EPSILON_FRACTION,
+    DEFAULT_CLIP_QUANTILE,
+    DEFAULT_CLIP_TOLERANCE,
+    DEFAULT_CLIP_UTILITY,
+    DEFAULT_L2_CLIP_NORM,
+    DEFAULT_SHOTS_PER_CHUNK,
+)
 from dpmtv.prompts import DEFAULT_QUERY_QUESTION
-
-_CLIP = PrivateClipSettings()  # the private clip round's defaults, in one place
 
 
 def build_options(function):
@@ -129,7 +133,7 @@ _OPTIONS = [
     click.option(
         "--clip-epsilon-fraction",
         type=float,
-        default=_CLIP.epsilon_fraction,
+        default=DEFAULT_CLIP_EPSILON_FRACTION,
         show_default=True,
         help="With --l2-clip-norm private: the share of ε spent choosing C (one exponential-mechanism "
         "round); σ of the release is calibrated so the composition meets the total (ε, δ).",
@@ -149,7 +153,7 @@ _OPTIONS = [
     click.option(
         "--clip-utility",
         type=click.Choice(CLIP_UTILITIES),
-        default=_CLIP.utility,
+        default=DEFAULT_CLIP_UTILITY,
         show_default=True,
         help="With --l2-clip-norm private: the clip round's score, OpenDP's 'quantile' score (counts of "
         "chunks on each side: a miss may land anywhere on the grid) or 'log-loss' (the quantile's "
@@ -159,7 +163,7 @@ _OPTIONS = [
     click.option(
         "--clip-tolerance",
         type=float,
-        default=_CLIP.tolerance,
+        default=DEFAULT_CLIP_TOLERANCE,
         show_default=True,
         help="--clip-utility log-loss: the factor beyond which a chunk's loss is clipped (> 1).",
     ),

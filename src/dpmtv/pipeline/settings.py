@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpmtv.errors import ParameterError
-from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
+from dpmtv.pipeline.defaults import (
+    DEFAULT_CLIP_EPSILON_FRACTION,
+    DEFAULT_CLIP_TOLERANCE,
+    DEFAULT_CLIP_UTILITY,
+    DEFAULT_L2_CLIP_NORM,
+    DEFAULT_SHOTS_PER_CHUNK,
+)
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, DEFAULT_CLIP_QUANTILE, clip_norm_candidates
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
@@ -99,13 +105,13 @@ class PrivateClipSettings:
     rest of the budget (the PLD accountant composes both)."""
 
     # chosen on the DEV set of benchmarks/private_only.py --split dev (docs/design.md §2)
-    epsilon_fraction: float = 0.2
+    epsilon_fraction: float = DEFAULT_CLIP_EPSILON_FRACTION
     quantile: float = DEFAULT_CLIP_QUANTILE
     multiplier_low: float = 1 / 64
     multiplier_high: float = 64.0
     multiplier_count: int = 49
-    utility: str = "log-loss"
-    tolerance: float = 4.0
+    utility: str = DEFAULT_CLIP_UTILITY
+    tolerance: float = DEFAULT_CLIP_TOLERANCE
 
     def __post_init__(self) -> None:
         if not 0.0 < self.epsilon_fraction < 1.0:
