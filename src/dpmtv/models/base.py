@@ -8,6 +8,7 @@ loaded model when the adapter is attached, because transformers moves them betwe
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -128,7 +129,9 @@ class ModelAdapter:
         hook = getattr(embeddings, "_hf_hook", None)
         if getattr(hook, "execution_device", None) is not None:
             return torch.device(hook.execution_device)
-        parameters = [*(embeddings.parameters() if embeddings is not None else ()), *model.parameters()]
+        # lazily: the first parameter not on "meta" decides (no list of every parameter per call)
+        own = embeddings.parameters() if embeddings is not None else ()
+        parameters = itertools.chain(own, model.parameters())
         return next((p.device for p in parameters if p.device.type != "meta"), torch.device("cpu"))
 
     # ---- prompts --------------------------------------------------------------------------
@@ -172,7 +175,8 @@ class ModelAdapter:
 
             kwargs["images"] = presized_images(self.processor, self.processor_images(prompts))
         batch = self._run_processor(kwargs)
-        return {key: value.to(self.input_device) for key, value in batch.items()}
+        device = self.input_device  # once: the property walks the parameters
+        return {key: value.to(device) for key, value in batch.items()}
 
     def fixed_shape_prompt(self, prompt: Prompt) -> Prompt:
         """``prompt`` as a fixed-shape private pass encodes it. Default: as it is, for families

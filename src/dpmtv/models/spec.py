@@ -226,7 +226,8 @@ class SpecAdapter(ModelAdapter):
             images = [image for prompt in prompts for image in prompt.all_images()]
             if images:
                 batch[self.spec.images.input_name] = self._pixel_values(images)
-        return {key: value.to(self.input_device) for key, value in batch.items()}
+        device = self.input_device  # once: the property walks the parameters
+        return {key: value.to(device) for key, value in batch.items()}
 
     def _fresh_image_folder(self) -> Path:
         """A private temporary folder holding only this batch's images: the model opens the
