@@ -79,8 +79,9 @@ def test_the_raylet_killed_while_the_workers_start_is_one_line(tmp_path, tiny_ll
     code, line = _outcome(process, tmp_path / "v.safetensors")
     # on an idle machine the workers may be up before the kill lands: the build then completes
     # (an artifact, no traceback: _outcome checks both); otherwise it is the one line
-    assert code == 0 or ("the Ray workers did not start" in line and "nothing was charged" in line)
-    assert not (tmp_path / "sending").exists()  # it never reached the extraction
+    if code != 0:
+        assert "the Ray workers did not start" in line and "nothing was charged" in line
+        assert not (tmp_path / "sending").exists()  # it never reached the extraction
 
 
 def test_the_raylet_killed_one_second_into_extraction_is_one_line_or_a_build(tmp_path, tiny_llava_path):
