@@ -39,11 +39,16 @@ def _build(tmp_path, model, marker: Path):
 
 
 def _own_raylet(process, ready) -> None:
-    """Wait until ``ready(children)``, then kill the raylet among this build's own children."""
+    """Wait until ``ready(children)``, then kill the raylet among this build's own children. A
+    build that ends first (on an idle machine it may) is left to :func:`_outcome`; one that
+    hangs is killed and fails the test, its pipes closed."""
     parent = psutil.Process(process.pid)
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline and process.poll() is None:
-        children = parent.children(recursive=True)
+        try:
+            children = parent.children(recursive=True)
+        except psutil.NoSuchProcess:  # the build ended while we looked
+            return
         raylets = [child for child in children if _name(child) == "raylet"]
         if raylets and ready(children):
             try:
@@ -52,7 +57,10 @@ def _own_raylet(process, ready) -> None:
                 continue
             return
         time.sleep(0.05)
-    pytest.fail("the build ended or hung before the raylet could be killed")
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+        pytest.fail("the build hung before the raylet could be killed")
 
 
 def _name(process) -> str:
