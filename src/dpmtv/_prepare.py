@@ -34,7 +34,13 @@ from dpmtv._prepare_pool import Failed, WorkerPool
 
 T = TypeVar("T")
 
-__all__ = ["default_prepare_workers", "prepared", "resolve_prepare_workers", "reusing_workers"]
+__all__ = [
+    "ReusedWorkers",
+    "default_prepare_workers",
+    "prepared",
+    "resolve_prepare_workers",
+    "reusing_workers",
+]
 
 MAX_DEFAULT_WORKERS = 8  # beyond this a single forward pass is rarely the slower side
 
@@ -99,21 +105,31 @@ def reusing_workers() -> Iterator[None]:
     when the block ends, not once per pass (a build's selection, clip and release passes). Each
     pass's ``prepare`` then reaches the workers pickled (one that cannot be pickled gets its own
     workers, as outside the block); a pass stopped early ends its workers."""
-    scope = _Reused()
-    token = _SCOPE.set(scope)
+    scope = ReusedWorkers()
     try:
-        yield
+        with scope.active():
+            yield
     finally:
-        _SCOPE.reset(token)
         scope.close()
 
 
-class _Reused:
-    """The idle pools of one :func:`reusing_workers` block, by worker count."""
+class ReusedWorkers:
+    """Idle prepare pools, by worker count, kept for the passes run inside :meth:`active` — by
+    :func:`reusing_workers` for one block, or by a long-lived owner across calls (a Ray actor
+    across its batches), which ends them with :meth:`close`."""
 
     def __init__(self) -> None:
         self._idle: dict[int, WorkerPool] = {}
         self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Passes inside the block take their workers from here and give them back."""
+        token = _SCOPE.set(self)
+        try:
+            yield
+        finally:
+            _SCOPE.reset(token)
 
     def take(self, workers: int) -> WorkerPool:
         with self._lock:
@@ -138,7 +154,9 @@ class _Reused:
             pool.close(finished=True)
 
 
-_SCOPE: contextvars.ContextVar[_Reused | None] = contextvars.ContextVar("dpmtv_prepare_scope", default=None)
+_SCOPE: contextvars.ContextVar[ReusedWorkers | None] = contextvars.ContextVar(
+    "dpmtv_prepare_scope", default=None
+)
 
 
 MAX_PICKLED_JOB = 64 << 20  # bytes: a pass whose records hold their images in memory forks instead

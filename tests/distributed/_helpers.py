@@ -1,6 +1,6 @@
 """Test helpers for distributed runs: a Ray worker that dies once, one that inflates its sums,
-one torch thread (the kernel paths of a Ray actor with one CPU), and comparisons of clipped
-sums."""
+one torch thread (the kernel paths of a Ray actor with one CPU), a task that reports its prepare
+workers' pids, and comparisons of clipped sums."""
 
 from __future__ import annotations
 
@@ -67,3 +67,23 @@ def assert_close_relative(actual, expected, *, rel: float) -> None:
     processes or batches may take other kernel paths)."""
     scale = max(float(np.abs(expected).max()), 1.0)
     np.testing.assert_allclose(actual, expected, rtol=0, atol=rel * scale)
+
+
+class PreparePids:
+    """A chunk task whose every pass prepares one item per chunk in prepare workers and returns
+    the pids that prepared them."""
+
+    shots_per_chunk = 3
+    description = "prepare pids"
+
+    def run(self, loaded, records, partition, *, progress):
+        from dpmtv._prepare import prepared
+
+        return {pid for pid in prepared(_pid_of, max(len(partition.chunks), 2), workers=1, depth=1)}
+
+    def combine(self, results):
+        return results
+
+
+def _pid_of(index: int) -> int:
+    return os.getpid()

@@ -25,6 +25,7 @@ from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
 from tests.distributed._helpers import (
     InflatesItsSums,
+    PreparePids,
     assert_close_relative,
     dies_in_batch_one,
     one_torch_thread,
@@ -205,3 +206,13 @@ def test_a_ray_build_with_a_private_clip_norm_is_the_local_build(ray_cluster, ti
     common += ["--shots-per-chunk", "3", "--insecure-seeded-noise", "5", "--quiet"]
     local_meta = _assert_ray_build_is_the_local_build(common, tmp_path)
     assert local_meta["privacy"]["clip_norm_selection"]["multiplier"] > 0
+
+
+def test_an_actor_keeps_its_prepare_workers_across_batches(ray_cluster, tiny_llava, tiny_llava_path, records):
+    partition = plan_layout(
+        tiny_llava, records, parse_head_spec("layers:0", tiny_llava.adapter.geometry), SETTINGS
+    )
+    with RayExecutor(ModelSource(str(tiny_llava_path)), workers=1, chunks_per_batch=1) as executor:
+        pids = executor.run(tiny_llava, records, partition.release_part, PreparePids())
+    assert len(pids) == partition.release_part.num_chunks > 2  # one batch per chunk
+    assert len(set().union(*pids)) == 1  # forked once, in the actor's first batch

@@ -18,11 +18,11 @@ from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, reference_activations
 from dpmtv.pipeline.plan import plan_layout
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows, ClippedSum
-from dpmtv.privacy import ClippedSumAccumulator
+from dpmtv.privacy import ClippedSumAccumulator, Partition
 from dpmtv.selection.private import HeadVotes
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
-from tests.distributed._helpers import assert_close_relative, summed_values
+from tests.distributed._helpers import PreparePids, assert_close_relative, summed_values
 
 SETTINGS = BuildSettings(
     epsilon=1.0, delta=1e-5, l2_clip_norm=(50.0,), shots_per_chunk=3, neighbouring_relation="add-remove-one",
@@ -105,3 +105,22 @@ def test_the_driver_refuses_a_batch_sum_that_clipped_chunks_cannot_have(tiny_lla
         DistributedError, match=r"batch 0: .* L2 norm above 2·C = .* refused before the noise"
     ):
         task.check_batch(inflated, batch_id=0, num_chunks=2)
+
+
+def test_an_actor_reuses_its_prepare_workers_across_batches(tiny_llava_path, records):
+    """A Ray actor's code (run here in-process) forks its prepare workers at its first batch and
+    keeps them for the next ones, as a local build's passes share theirs (issue 25.1)."""
+    import os
+
+    from dpmtv.distributed.ray_executor import ChunkWorker
+    from dpmtv.executor import ModelSource
+
+    worker = ChunkWorker(ModelSource(str(tiny_llava_path)))
+    partition = Partition(chunks=tuple((3 * i, 3 * i + 1, 3 * i + 2) for i in range(4)), num_unused=8)
+    batches = split_batches(records, partition, shots_per_chunk=3, chunks_per_batch=1)
+    try:
+        pids = [worker.run(PreparePids(), batch).value for batch in batches]
+    finally:
+        worker.close()
+    assert len(batches) == 4 and all(len(p) == 1 for p in pids)
+    assert len(set().union(*pids)) == 1 and os.getpid() not in pids[0]  # one forked worker, four batches

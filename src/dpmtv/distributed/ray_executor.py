@@ -35,6 +35,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
+from dpmtv._prepare import ReusedWorkers
 from dpmtv._progress import progress_bar
 from dpmtv.distributed.batches import BatchResult, check_coverage, split_batches
 from dpmtv.distributed.network import wait_for_head
@@ -58,10 +59,13 @@ def import_ray():
 
 
 class ChunkWorker:
-    """A Ray actor's code: load the model once, then run the tasks' batches sent to it."""
+    """A Ray actor's code: load the model once, then run the tasks' batches sent to it. Its
+    prepare workers (:mod:`dpmtv._prepare`) are forked at its first batch and serve the next
+    ones; they exit with the actor (their command pipes close) or at :meth:`close`."""
 
     def __init__(self, source: ModelSource):
         self._loaded = source.load()
+        self._prepare_workers = ReusedWorkers()
 
     def identity(self) -> dict[str, Any]:
         from dpmtv.models.fingerprint import model_identity
@@ -70,8 +74,13 @@ class ChunkWorker:
 
     def run(self, task: ChunkTask, batch) -> BatchResult:
         records, partition = batch.as_partition()
-        value = task.run(self._loaded, records, partition, progress=False)
+        with self._prepare_workers.active():
+            value = task.run(self._loaded, records, partition, progress=False)
         return BatchResult(batch.batch_id, batch.chunk_ids, value)
+
+    def close(self) -> None:
+        """End the prepare workers (an actor that is killed ends them by exiting)."""
+        self._prepare_workers.close()
 
 
 class RayExecutor:
