@@ -11,10 +11,10 @@ apart from the creation time and the tensor hash.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from dpmtv._atomic import write_text_atomically
 
 # dpmtv.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector writes the card
 ArtifactMetadata = PrivacyMetadata = Any
@@ -40,19 +40,11 @@ def is_dpmtv_card(path: Path) -> bool:
         return False
 
 
-def write_card(metadata: ArtifactMetadata, artifact: str | Path, *, file_mode: int) -> Path:
+def write_card(metadata: ArtifactMetadata, artifact: str | Path) -> Path:
     """Write the card beside ``artifact`` atomically (a temporary file, then a rename)."""
-    path = card_path(artifact)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(render_card(metadata, artifact_name=Path(artifact).name))
-        os.chmod(temporary, file_mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomically(
+        card_path(artifact), render_card(metadata, artifact_name=Path(artifact).name)
+    )
 
 
 def render_card(metadata: ArtifactMetadata, *, artifact_name: str) -> str:

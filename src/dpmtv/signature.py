@@ -20,12 +20,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpmtv._atomic import replacing
 from dpmtv.errors import ArtifactSignatureError, ParameterError
 
 __all__ = [
@@ -89,14 +88,8 @@ def sign_task_vector(artifact: str | Path, *, private_key: str | Path, password:
         raise ArtifactSignatureError(f"cannot sign '{artifact}': it is not a file")
     config = _signing_config(key, password)
     target = signature_path(artifact)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
+    with replacing(target) as temporary:
         config.sign(artifact, temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return target
 
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from dpmtv._atomic import replacing
 from dpmtv.card import write_card
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
@@ -172,21 +171,13 @@ def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
     path = Path(path)
     tensors = vector._tensors()
     metadata = vector.metadata.model_copy(update={"tensors_sha256": tensors_sha256(tensors)})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
+    with replacing(path) as temporary:
         text = metadata.model_dump_json()
         try:
             save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
         except SafetensorError as exc:  # its I/O errors (a full disk) are OS errors to the caller
             raise OSError(f"cannot write '{path}': {exc}") from exc
-        os.chmod(temporary, default_file_mode())  # mkstemp's 0600 would hide it from the group
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    write_card(metadata, path, file_mode=default_file_mode())  # beside it: public metadata only
+    write_card(metadata, path)  # beside it: public metadata only
     return path
 
 
@@ -201,14 +192,6 @@ def is_dpmtv_artifact(path: Path) -> bool:
         return isinstance(header, dict) and METADATA_KEY in (header.get("__metadata__") or {})
     except (OSError, ValueError):
         return False
-
-
-def default_file_mode() -> int:
-    """``0o666`` less the process umask: the mode ``open()`` would give a new file (``mkstemp``
-    gives 0600, which would hide an artifact from the group that reads it)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def load_task_vector(path: str | Path, *, trusted_keys: Sequence[str | Path] = ()) -> TaskVector:

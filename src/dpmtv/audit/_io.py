@@ -1,15 +1,15 @@
-"""Writing the audit reports: atomic text files and a JSON fallback for numpy and path values."""
+"""Writing the audit reports: atomic JSON files with a fallback for numpy and path values."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dpmtv._atomic import write_text_atomically
 
 
 def json_default(value: Any) -> Any:
@@ -24,19 +24,6 @@ def json_default(value: Any) -> Any:
     if isinstance(value, (Sequence, set, frozenset)):
         return list(value)
     return str(value)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
-    sees the old file or the new one, never a half-written one."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_json_atomically(path: Path, data: Any) -> None:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpmtv.audit._io import write_json_atomically, write_text_atomically
+from dpmtv._atomic import save_figure_atomically, write_text_atomically
+from dpmtv.audit._io import write_json_atomically
 from dpmtv.audit.mechanism import AuditPoint
 
 __all__ = ["AuditReport", "bonferroni_confidence"]
@@ -154,7 +155,7 @@ class AuditReport:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = Path(path)
-        fig.savefig(path, dpi=120)
+        save_figure_atomically(fig, path, dpi=120)
         plt.close(fig)
         return path
 

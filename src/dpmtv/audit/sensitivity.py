@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
+from dpmtv._atomic import write_text_atomically
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
@@ -148,8 +149,8 @@ class SensitivityAudit:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         paths = {"json": folder / "sensitivity.json", "markdown": folder / "sensitivity.md"}
-        paths["json"].write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
-        paths["markdown"].write_text(self.to_markdown(), encoding="utf-8")
+        write_text_atomically(paths["json"], json.dumps(self.to_json(), indent=1) + "\n")
+        write_text_atomically(paths["markdown"], self.to_markdown())
         return paths
 
 

@@ -32,6 +32,7 @@ from typing import Any, Union
 
 from PIL import Image, UnidentifiedImageError
 
+from dpmtv._atomic import replacing
 from dpmtv.data.datasets_folder import DatasetImage, undecoded_rows
 from dpmtv.errors import RecordError
 
@@ -243,7 +244,7 @@ def _pixel_limit():
 def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
     """Write rows as JSONL (used by the demo and tests to produce record files)."""
     path = Path(path)
-    with path.open("w", encoding="utf-8") as handle:
+    with replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
         for row in records:
             handle.write(json.dumps(row) + "\n")
     return path

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
+from dpmtv._atomic import save_figure_atomically, write_text_atomically
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
 from dpmtv.demo.recognition import GROUP_TITLES, summarise_deciding
 from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, pct, per_task_markdown
@@ -119,7 +120,7 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 
 def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task) -> None:
-    (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_text_atomically(out / "results.json", json.dumps(rows, indent=1) + "\n")
     groups = {g: list(dict.fromkeys(r["task"] for r in rows if r["group"] == g)) for g in GROUP_TITLES}
     meta = {
         "held_out_tasks": list(dict.fromkeys(r["task"] for r in rows if r["held_out"])),
@@ -139,8 +140,8 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
         meta["deciding_gain_kept_at_eps1"] = {
             group: gain_kept(s, key="deciding_accuracy") for group, s in summary.items() if group != "seen"
         }
-    (out / "summary.json").write_text(json.dumps(_without_nan(meta), indent=1) + "\n")
-    (out / "report.md").write_text(_markdown(summary, shots, config, meta))
+    write_text_atomically(out / "summary.json", json.dumps(_without_nan(meta), indent=1) + "\n")
+    write_text_atomically(out / "report.md", _markdown(summary, shots, config, meta))
     _plot(summary, out / "privacy_utility.png")
     if shots:
         _plot_shots(shots, summary, out / "accuracy_vs_shots.png")
@@ -248,7 +249,7 @@ def _plot(summary, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig = privacy_utility_by_group_figure(summary)
-    fig.savefig(path, dpi=120)
+    save_figure_atomically(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -323,7 +324,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure_atomically(fig, path, dpi=120)
     plt.close(fig)
 
 

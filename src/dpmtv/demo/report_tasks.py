@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+from dpmtv._atomic import write_text_atomically
 from dpmtv.demo.recognition import GROUP_TITLES
 
 _HEADLINE = (("zero-shot", None, "zero-shot"), ("icl-16", None, "ICL-16"), ("mtv", None, "MTV"))
@@ -146,4 +147,4 @@ def rule_json(name: str, record: dict) -> dict:
 def write_json_out(path: Path, per_task: dict[str, dict], names) -> None:
     """``dpmtv demo --json-out``: one :func:`rule_json` entry per typed rule (or task)."""
     entries = [rule_json(n, per_task[n]) for n in names]
-    Path(path).write_text(json.dumps(entries, indent=1) + "\n")
+    write_text_atomically(path, json.dumps(entries, indent=1) + "\n")

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dpmtv._atomic import save_figure_atomically
 from dpmtv.eval.runner import EvalResults  # noqa: E402
 from dpmtv.eval.stats import t_interval  # noqa: E402
 from dpmtv.plot_style import epsilon_axis, method_label, method_style  # noqa: E402
@@ -131,6 +132,6 @@ def _save(fig, path: Path) -> Path:
     else:
         ax.text(0.5, 0.5, "no results to plot", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout(rect=(0, 0.03, 1, 1))  # room for the footnote
-    fig.savefig(path, dpi=120)
+    save_figure_atomically(fig, path, dpi=120)
     plt.close(fig)
     return path

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dpmtv._atomic import replacing, write_text_atomically
 from dpmtv.eval.benchmarks.embedded import recognition_lines
 from dpmtv.eval.plots import plot_privacy_utility, plot_queries
 from dpmtv.eval.runner import EvalResults, RunResult
@@ -56,8 +57,9 @@ def write_report(results: EvalResults, out: str | Path) -> dict[str, Path]:
         "privacy_utility": out / "privacy_utility.png",
         "queries": out / "queries.png",
     }
-    paths["results"].write_text(json.dumps(_results_json(results, summary), indent=2, allow_nan=False) + "\n")
-    paths["report"].write_text(markdown_report(results, summary))
+    results_json = json.dumps(_results_json(results, summary), indent=2, allow_nan=False)
+    write_text_atomically(paths["results"], results_json + "\n")
+    write_text_atomically(paths["report"], markdown_report(results, summary))
     _write_predictions(results, paths["predictions"])
     plot_privacy_utility(results, summary, paths["privacy_utility"])
     plot_queries(results, summary, paths["queries"])
@@ -112,7 +114,7 @@ def _epsilon_label(run: RunResult) -> str:
 
 
 def _write_predictions(results: EvalResults, path: Path) -> None:
-    with path.open("w", encoding="utf-8") as handle:
+    with replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
         for run in results.runs:
             ids = results.query_ids or [str(i) for i in range(len(run.predictions))]
             for query_id, prediction in zip(ids, run.predictions, strict=True):

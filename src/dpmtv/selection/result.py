@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpmtv._atomic import write_text_atomically
 from dpmtv.errors import HeadSpecError
 from dpmtv.heads import HeadSet
 
@@ -71,13 +70,7 @@ class SelectionResult:
 
     def save(self, path: str | Path) -> Path:
         """Write the JSON atomically; it has a ``heads`` key, so ``--heads path`` reads it."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(self.to_json(), stream, indent=1)
-        os.replace(temporary, path)
-        return path
+        return write_text_atomically(path, json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> SelectionResult:

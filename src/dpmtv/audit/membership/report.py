@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpmtv.audit._io import json_default, write_json_atomically, write_text_atomically
+from dpmtv._atomic import save_figure_atomically, write_text_atomically
+from dpmtv.audit._io import json_default, write_json_atomically
 from dpmtv.audit.membership.metrics import AttackMetrics, roc_curve
 from dpmtv.audit.membership.targets import TargetScores, statistic_scores
 
@@ -132,7 +133,7 @@ class MembershipReport:
         fig.suptitle(f"membership inference ({n.num_members} members, {n.num_non_members} non-members)")
         fig.tight_layout()
         path = Path(path)
-        fig.savefig(path, dpi=120)
+        save_figure_atomically(fig, path, dpi=120)
         plt.close(fig)
         return path
 
