@@ -150,3 +150,24 @@ def test_a_round_too_weak_for_its_chunks_is_warned_from_public_numbers():
     with pytest.warns(UserWarning, match="private round is weak"):
         assert private_clip_notes(at[0.1], 256)  # 138 chunks > 128
     assert private_clip_notes(at[0.2], 256) == []  # 69 < 128
+
+
+def test_a_blank_centering_reference_and_the_layer_scales_share_one_forward_pass(tiny_llava, monkeypatch):
+    """With ``--center blank`` the reference prompt is the scale prompt: one pass serves both,
+    bitwise as the two separate computations."""
+    from dpmtv.pipeline import reference as reference_module
+
+    heads = _heads(tiny_llava)
+    settings = replace(SETTINGS, center="blank")
+    expected_scales = public_layer_scales(tiny_llava, heads, settings)
+    expected_centering = reference_module.reference_activations(tiny_llava, heads, settings)
+    passes = []
+    real = reference_module.mean_selected_heads
+    monkeypatch.setattr(
+        reference_module, "mean_selected_heads", lambda *a, **k: passes.append(1) or real(*a, **k)
+    )
+    public = reference_module.public_reference(tiny_llava, heads, settings)
+    assert len(passes) == 1
+    assert public.layer_scales == expected_scales
+    for layer in heads.layers:
+        np.testing.assert_array_equal(public.centering[layer], expected_centering[layer])

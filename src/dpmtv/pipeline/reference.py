@@ -33,10 +33,13 @@ class PublicReference:
 
 
 def public_reference(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> PublicReference:
-    """The centering reference, then (with a private clip norm) the layer scales."""
+    """The centering reference, then (with a private clip norm) the layer scales; with
+    ``--center blank`` both come from the one blank-image pass (the same prompt)."""
     centering = reference_activations(loaded, heads, settings)
-    scales = None if settings.private_clip is None else public_layer_scales(loaded, heads, settings)
-    return PublicReference(centering, scales)
+    if settings.private_clip is None:
+        return PublicReference(centering, None)
+    blank = centering if settings.center is Centering.BLANK else _blank_outputs(loaded, heads, settings)
+    return PublicReference(centering, _layer_scales(blank))
 
 
 def reference_activations(
@@ -56,9 +59,15 @@ def public_layer_scales(loaded: LoadedModel, heads: HeadSet, settings: BuildSett
     """``g_l``: the L2 norm of the released heads' outputs in each layer on one blank-image prompt
     (public: no record is read). A zero scale cannot set a clip norm: refused before the release
     chunks are read (and so, without private selection, before the charge)."""
-    prompt = Prompt((), Example((blank_image(),), settings.query_question))
-    outputs = mean_selected_heads(loaded.adapter, [prompt], heads, batch_size=1)
-    scales = {layer: float(np.linalg.norm(outputs[layer])) for layer in heads.layers}
+    return _layer_scales(_blank_outputs(loaded, heads, settings))
+
+
+def _blank_outputs(loaded: LoadedModel, heads: HeadSet, settings: BuildSettings) -> dict[int, np.ndarray]:
+    return mean_selected_heads(loaded.adapter, [_blank_prompt(settings)], heads, batch_size=1)
+
+
+def _layer_scales(outputs: dict[int, np.ndarray]) -> dict[int, float]:
+    scales = {layer: float(np.linalg.norm(values)) for layer, values in outputs.items()}
     zero = [layer for layer, scale in scales.items() if not (np.isfinite(scale) and scale > 0)]
     if zero:
         raise ParameterError(
@@ -71,10 +80,15 @@ def public_layer_scales(loaded: LoadedModel, heads: HeadSet, settings: BuildSett
 def _reference_prompts(settings: BuildSettings) -> list[Prompt]:
     """A blank image with the public question, or the public records cut into chunk prompts."""
     if settings.center is Centering.BLANK:
-        return [Prompt((), Example((blank_image(),), settings.query_question))]
+        return [_blank_prompt(settings)]
     public, question = load_records(str(settings.center_records)), settings.query_question
     size = max(1, min(settings.shots_per_chunk, len(public)))
     return [
         chunk_prompt(public[start : start + size], query=settings.query_source, query_question=question)
         for start in range(0, len(public) - size + 1, size)
     ]
+
+
+def _blank_prompt(settings: BuildSettings) -> Prompt:
+    """The public query question on a blank image, no demonstrations."""
+    return Prompt((), Example((blank_image(),), settings.query_question))
