@@ -249,6 +249,37 @@ def audit_sensitivity(
         ParameterError: heads given with private selection (or none without), ``num_partitions``
             or ``neighbours_per_partition`` < 1. RecordError: no records.
     """
+    _check_arguments(records, heads, settings, num_partitions, neighbours_per_partition)
+    path = BuildPath(loaded, heads, settings, executor or LocalExecutor())
+    rounds = settings.private_selection is not None or settings.private_clip is not None
+    pairs: list[SensitivityPair] = []
+    round_pairs: list[RoundPair] = []
+    chosen = []
+    for index in range(num_partitions):
+        seeded = dataclasses.replace(
+            settings,
+            insecure_seed=seed + index,
+            allow_insecure_seed=True,
+            non_private=not rounds,
+            progress=False,
+        )
+        choices = path.choose(records, seeded)
+        chosen.append({"partition_seed": seed + index, **choices.describe()})
+        base = path.measure(records, seeded, choices)
+        rng = np.random.default_rng([seed, index, 4917])  # public choice of the neighbours
+        for k, (change, target, neighbour) in enumerate(
+            _neighbours(records, settings, rng, neighbours_per_partition)
+        ):
+            moved = path.measure(neighbour, seeded, choices)
+            fresh = k == 0 and index < rebuild_pairs
+            rebuilt = path.measure(neighbour, seeded, choices, fresh=True) if fresh else None
+            pairs.append(_pair(base, moved, rebuilt, (seed + index, change, target)))
+            round_pairs.extend(_round_pairs(base, moved, rebuilt, (seed + index, change, target)))
+    unit, relation = settings.privacy_unit.value, settings.relation.value
+    return SensitivityAudit(unit, relation, tuple(pairs), tuple(round_pairs), tuple(chosen) if rounds else ())
+
+
+def _check_arguments(records, heads, settings, num_partitions: int, neighbours_per_partition: int) -> None:
     if (heads is None) != (settings.private_selection is not None):
         raise ParameterError(
             "the sensitivity audit takes the released heads, or private selection settings and no heads"
@@ -260,41 +291,6 @@ def audit_sensitivity(
         )
     if not records:
         raise RecordError("no records to audit")
-    path = BuildPath(loaded, heads, settings, executor or LocalExecutor())
-    rounds = settings.private_selection is not None or settings.private_clip is not None
-    pairs, round_pairs, chosen = [], [], []
-    for index in range(num_partitions):
-        partition_seed = seed + index
-        seeded = dataclasses.replace(
-            settings,
-            insecure_seed=partition_seed,
-            allow_insecure_seed=True,
-            non_private=not rounds,
-            progress=False,
-        )
-        choices = path.choose(records, seeded)
-        chosen.append({"partition_seed": partition_seed, **choices.describe()})
-        base = path.measure(records, seeded, choices)
-        rng = np.random.default_rng([seed, index, 4917])  # public choice of the neighbours
-        for k, (change, target, neighbour) in enumerate(
-            _neighbours(records, settings, rng, neighbours_per_partition)
-        ):
-            described = (partition_seed, change, target)
-            moved = path.measure(neighbour, seeded, choices)
-            rebuilt = (
-                path.measure(neighbour, seeded, choices, fresh=True)
-                if k == 0 and index < rebuild_pairs
-                else None
-            )
-            pairs.append(_pair(base, moved, rebuilt, described))
-            round_pairs.extend(_round_pairs(base, moved, rebuilt, described))
-    return SensitivityAudit(
-        settings.privacy_unit.value,
-        settings.relation.value,
-        tuple(pairs),
-        tuple(round_pairs),
-        tuple(chosen) if rounds else (),
-    )
 
 
 def _pair(base: Measured, moved: Measured, rebuilt: Measured | None, described) -> SensitivityPair:
