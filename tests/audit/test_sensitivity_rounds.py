@@ -118,6 +118,22 @@ def test_a_private_clip_with_given_heads_under_add_remove(tiny_llava, records_fi
     assert {row["change"] for row in audit.round_rows()} == {"add", "remove"}
 
 
+@pytest.mark.parametrize("composition", ["sequential", "parallel"])
+def test_private_selection_with_a_given_clip_norm(tiny_llava, records_file, composition):
+    """No clip round: the release is at the given C, Δ the worst case over the pool's layers."""
+    selection = PrivateSelectionSettings(k=2, method="candidates", composition=composition)
+    settings = BuildSettings(
+        epsilon=1.0, delta=1e-5, l2_clip_norm=(1e-3,), shots_per_chunk=4, center="blank", progress=False,
+        private_selection=selection,
+    )  # fmt: skip
+    audit = audit_sensitivity(
+        tiny_llava, load_records(records_file), None, settings, num_partitions=1, neighbours_per_partition=2
+    )
+    assert {row["round"] for row in audit.round_rows()} == {"private selection (candidates)"}
+    assert audit.violations == () and 0 < audit.worst.ratio <= 1
+    assert audit.chosen_on_d[0]["l2_clip_norm"] is None  # the given C
+
+
 def test_heads_must_be_given_exactly_without_private_selection(tiny_llava, records_file):
     from dpmtv.errors import ParameterError
 
