@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpmtv.audit.model as audit_model_module
+import dpmtv.extract as extract_module
 from dpmtv.audit import MECHANISMS
 from dpmtv.audit.model import audit_model, model_chunk_vectors
 from dpmtv.data import load_records
@@ -20,19 +20,19 @@ def canary_setup(tiny_llava, tmp_path_factory):
     heads = parse_head_spec("layers:0", tiny_llava.adapter.geometry)
     clip = {0: 1e-3}  # far below the activations' norms: every chunk vector is clipped
     calls = []
-    real = audit_model_module.extract_selected_heads
+    real = extract_module.extract_selected_heads  # what stack_selected_heads runs per batch
 
     def counting(adapter, prompts, heads):
         calls.append(len(prompts))
         return real(adapter, prompts, heads)
 
-    audit_model_module.extract_selected_heads = counting
+    extract_module.extract_selected_heads = counting
     try:
         canary = model_chunk_vectors(
             tiny_llava, records, heads, l2_clip_norms=clip, shots_per_chunk=3, seed=0
         )
     finally:
-        audit_model_module.extract_selected_heads = real
+        extract_module.extract_selected_heads = real
     return canary, clip, sum(calls)
 
 

@@ -36,7 +36,7 @@ from dpmtv.audit.mechanism import MECHANISMS, AuditPoint, Mechanism, audit_chunk
 from dpmtv.audit.stats import epsilon_lower_bound
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import extract_selected_heads, iter_batches
+from dpmtv.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import (
@@ -212,11 +212,7 @@ def canary_power(
 
 
 def _extract(loaded: LoadedModel, heads: HeadSet, prompts: list, batch_size: int) -> dict[int, np.ndarray]:
-    parts: dict[int, list[np.ndarray]] = {}
-    for batch in iter_batches(prompts, batch_size):
-        for layer, values in extract_selected_heads(loaded.adapter, batch, heads).items():
-            parts.setdefault(layer, []).append(values)
-    return {layer: np.concatenate(values) for layer, values in parts.items()}  # (B, k_l*d)
+    return stack_selected_heads(loaded.adapter, prompts, heads, batch_size=batch_size)  # (B, k_l*d)
 
 
 def _candidates(chunk: list[Record]) -> list[tuple[str, str, list[Record]]]:

@@ -29,6 +29,17 @@ one, so one pair above 1 is a violation). Per-chunk clipped vectors are cached b
 chunks' forward passes, which may run on Ray workers (``executor``, :mod:`dpmtv.distributed`:
 the build's extraction, per chunk, with the driver's coverage check). Nothing here is released:
 the means stay in memory.
+
+The rounds before the release (issue 28). A build with ``--l2-clip-norm private`` or private
+head selection (``--private-selection candidates|votes``; both: the private-only build) runs
+data-dependent exponential-mechanism rounds first. For each, the audit measures the round's
+utility vector (one score per candidate: clip multiplier, candidate head set, pool head) on ``D``
+and on every ``D'``, with the same seeded coupling, and reports
+``ratio = max_candidate |u(D) − u(D')| / Δ∞``, ``Δ∞`` the sensitivity the round's noise is
+calibrated for — again a worst-case bound, ``<= 1`` for every pair. The heads and C the rounds
+choose on ``D`` (with the partition's seed, by the build's own functions) are held fixed for
+``D``'s neighbours, so the release ratio of a private-C build is at the C chosen on ``D``
+(recorded per partition in the report). :mod:`dpmtv.audit._build_path` runs the build's pieces.
 """
 
 from __future__ import annotations
@@ -44,23 +55,23 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from dpmtv._atomic import write_text_atomically
+from dpmtv._prepare import reusing_workers
+from dpmtv.audit._build_path import BuildPath, Measured
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import BuildSettings
-from dpmtv.pipeline.plan import plan_layout
-from dpmtv.pipeline.reference import reference_activations
-from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
-from dpmtv.privacy import AdjacencyRelation, Partition, PrivacyUnit
+from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
 
-__all__ = ["SensitivityAudit", "SensitivityPair", "audit_sensitivity"]
+__all__ = ["RoundPair", "SensitivityAudit", "SensitivityPair", "audit_sensitivity"]
 
 CANARY_QUESTION = "Ignore the image. Which secret word does the canary sing?"
 CANARY_ANSWER = "zzyzx canary 4917"
 RATIO_TOLERANCE = 1e-5  # float32 activations, clip norms met to ~1e-7 relative
 _CANARY_USER = "dpmtv-audit-canary-user"
+RELEASE_AT = "the heads and clip norms each partition's rounds chose on D (seeded), fixed for its neighbours"
 
 
 @dataclass(frozen=True)
@@ -78,21 +89,48 @@ class SensitivityPair:
 
 
 @dataclass(frozen=True)
+class RoundPair:
+    """One neighbouring pair in one private round: ``max_candidate |u(D) − u(D')| / Δ∞``."""
+
+    partition_seed: int
+    change: str
+    target: str
+    round: str  # "private clip norm" | "private selection (candidates)" | "private selection (votes)"
+    ratio: float
+    linf_change: float  # max_candidate |u(D) − u(D')|
+    linf_sensitivity: float  # the Δ∞ the round's noise is calibrated for, on D
+    linf_sensitivity_neighbour: float  # must equal linf_sensitivity
+    rebuild_gap: float | None = None  # max|cached u(D') − rebuilt u(D')| / Δ∞, for rebuilt pairs
+
+    @property
+    def violates(self) -> bool:
+        return (
+            self.ratio > 1 + RATIO_TOLERANCE
+            or not np.isclose(self.linf_sensitivity, self.linf_sensitivity_neighbour, rtol=1e-12)
+            or (self.rebuild_gap is not None and self.rebuild_gap > RATIO_TOLERANCE)
+        )
+
+
+@dataclass(frozen=True)
 class SensitivityAudit:
-    """All pairs of one audit, with the unit and relation they were drawn for."""
+    """All pairs of one audit, with the unit and relation they were drawn for; with private
+    rounds, their pairs and what the rounds chose on each partition's ``D``."""
 
     privacy_unit: str
     neighbouring_relation: str
     pairs: tuple[SensitivityPair, ...]
+    round_pairs: tuple[RoundPair, ...] = ()
+    chosen_on_d: tuple[dict[str, Any], ...] = ()
 
     @property
     def worst(self) -> SensitivityPair:
         return max(self.pairs, key=lambda p: p.ratio)
 
     @property
-    def violations(self) -> tuple[SensitivityPair, ...]:
-        """Pairs whose mean moved by more than Δ, or whose Δ differs between D and D'."""
-        return tuple(
+    def violations(self) -> tuple[SensitivityPair | RoundPair, ...]:
+        """Pairs whose mean (or round utility) moved by more than Δ (Δ∞), or whose Δ differs
+        between D and D'."""
+        release = tuple(
             p
             for p in self.pairs
             if p.ratio > 1 + RATIO_TOLERANCE
@@ -100,6 +138,7 @@ class SensitivityAudit:
             or (p.rebuild_gap is not None and p.rebuild_gap > RATIO_TOLERANCE)
             or (p.ratio_rebuilt is not None and p.ratio_rebuilt > 1 + RATIO_TOLERANCE)
         )
+        return release + tuple(p for p in self.round_pairs if p.violates)
 
     def rows(self) -> list[dict[str, Any]]:
         """Per change: pairs, worst ratio and where, violations."""
@@ -124,25 +163,55 @@ class SensitivityAudit:
             )
         return out
 
+    def round_rows(self) -> list[dict[str, Any]]:
+        """Per round and change: pairs, worst ``max|u(D) − u(D')| / Δ∞`` and where, violations."""
+        out = []
+        for name, change in sorted({(p.round, p.change) for p in self.round_pairs}):
+            pairs = [p for p in self.round_pairs if (p.round, p.change) == (name, change)]
+            worst = max(pairs, key=lambda p: p.ratio)
+            out.append(
+                {
+                    "privacy_unit": self.privacy_unit,
+                    "neighbouring_relation": self.neighbouring_relation,
+                    "round": name,
+                    "change": change,
+                    "pairs": len(pairs),
+                    "worst_ratio": worst.ratio,
+                    "worst_pair": {"partition_seed": worst.partition_seed, "target": worst.target},
+                    "linf_sensitivity": worst.linf_sensitivity,
+                    "violations": sum(p.violates for p in pairs),
+                    "rebuilt_pairs": sum(p.rebuild_gap is not None for p in pairs),
+                }
+            )
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "privacy_unit": self.privacy_unit,
             "neighbouring_relation": self.neighbouring_relation,
             "ratio_tolerance": RATIO_TOLERANCE,
             "summary": self.rows(),
+            "rounds": self.round_rows(),
+            "release_at": RELEASE_AT if self.chosen_on_d else "the given heads and clip norms",
+            "chosen_on_d": list(self.chosen_on_d),
             "pairs": [dataclasses.asdict(p) for p in self.pairs],
+            "round_pairs": [dataclasses.asdict(p) for p in self.round_pairs],
         }
 
     def to_markdown(self) -> str:
         lines = [
-            "| unit | relation | change | pairs | worst ‖mean(D)−mean(D′)‖/Δ | violations |",
-            "|---|---|---|---:|---:|---:|",
+            "| unit | relation | round | change | pairs | worst ratio | violations |",
+            "|---|---|---|---|---:|---:|---:|",
         ]
-        for row in self.rows():
+        rows = [{**row, "round": "release ‖mean(D)−mean(D′)‖/Δ"} for row in self.rows()]
+        named = [{**row, "round": f"{row['round']} max|u(D)−u(D′)|/Δ∞"} for row in self.round_rows()]
+        for row in [*named, *rows]:
             lines.append(
-                f"| {row['privacy_unit']} | {row['neighbouring_relation']} | {row['change']} | "
-                f"{row['pairs']} | {row['worst_ratio']:.4f} | {row['violations']} |"
+                f"| {row['privacy_unit']} | {row['neighbouring_relation']} | {row['round']} | "
+                f"{row['change']} | {row['pairs']} | {row['worst_ratio']:.4f} | {row['violations']} |"
             )
+        if self.chosen_on_d:
+            lines.append(f"\nThe release is measured at {RELEASE_AT}.")
         return "\n".join(lines) + "\n"
 
     def write(self, folder: str | Path) -> dict[str, Path]:
@@ -154,10 +223,11 @@ class SensitivityAudit:
         return paths
 
 
+@reusing_workers()  # the audit's passes (D, each D', rebuilds) share their prepare workers
 def audit_sensitivity(
     loaded: LoadedModel,
     records: Sequence[Record],
-    heads: HeadSet,
+    heads: HeadSet | None,
     settings: BuildSettings,
     *,
     num_partitions: int = 20,
@@ -166,21 +236,55 @@ def audit_sensitivity(
     executor: Executor | None = None,
     rebuild_pairs: int = 2,
 ) -> SensitivityAudit:
-    """Measure ``‖mean(D) − mean(D')‖ / Δ`` over seeded partitions and neighbours (module doc).
+    """Measure ``‖mean(D) − mean(D')‖ / Δ`` (and each private round's
+    ``max|u(D) − u(D')| / Δ∞``) over seeded partitions and neighbours (module doc).
 
-    ``settings`` are the build's (unit, relation, ``m``, cap, clip norms, shots, query, centering);
-    its seed, noise and privacy switches are replaced: the audit seeds partition ``p`` with
-    ``seed + p`` and computes un-noised means only. The first neighbour of each of the first
-    ``rebuild_pairs`` partitions is also rebuilt from scratch (every chunk, no cache). Private
-    head selection is not audited (give the released ``heads``). ``executor`` runs the chunks'
-    forward passes (default: this process).
+    ``settings`` are the build's (unit, relation, ``m``, cap, clip norms or ``private_clip``,
+    ``private_selection``, shots, query, centering); its seed and progress are replaced: the audit
+    seeds partition ``p`` with ``seed + p`` and computes un-noised means and utilities only.
+    ``heads``: the released heads, or None with private selection (chosen on each ``D``). The
+    first neighbour of each of the first ``rebuild_pairs`` partitions is also rebuilt from
+    scratch (every chunk, no cache). ``executor`` runs the chunks' passes (default: this process).
 
     Raises:
-        ParameterError: private selection settings, ``num_partitions`` or
-            ``neighbours_per_partition`` < 1. RecordError: no records.
+        ParameterError: heads given with private selection (or none without), ``num_partitions``
+            or ``neighbours_per_partition`` < 1. RecordError: no records.
     """
-    if settings.private_selection is not None:
-        raise ParameterError("the sensitivity audit takes the released heads, not private selection")
+    _check_arguments(records, heads, settings, num_partitions, neighbours_per_partition)
+    path = BuildPath(loaded, heads, settings, executor or LocalExecutor())
+    rounds = settings.private_selection is not None or settings.private_clip is not None
+    pairs: list[SensitivityPair] = []
+    round_pairs: list[RoundPair] = []
+    chosen = []
+    for index in range(num_partitions):
+        seeded = dataclasses.replace(
+            settings,
+            insecure_seed=seed + index,
+            allow_insecure_seed=True,
+            non_private=not rounds,
+            progress=False,
+        )
+        choices = path.choose(records, seeded)
+        chosen.append({"partition_seed": seed + index, **choices.describe()})
+        base = path.measure(records, seeded, choices)
+        rng = np.random.default_rng([seed, index, 4917])  # public choice of the neighbours
+        for k, (change, target, neighbour) in enumerate(
+            _neighbours(records, settings, rng, neighbours_per_partition)
+        ):
+            moved = path.measure(neighbour, seeded, choices)
+            fresh = k == 0 and index < rebuild_pairs
+            rebuilt = path.measure(neighbour, seeded, choices, fresh=True) if fresh else None
+            pairs.append(_pair(base, moved, rebuilt, (seed + index, change, target)))
+            round_pairs.extend(_round_pairs(base, moved, rebuilt, (seed + index, change, target)))
+    unit, relation = settings.privacy_unit.value, settings.relation.value
+    return SensitivityAudit(unit, relation, tuple(pairs), tuple(round_pairs), tuple(chosen) if rounds else ())
+
+
+def _check_arguments(records, heads, settings, num_partitions: int, neighbours_per_partition: int) -> None:
+    if (heads is None) != (settings.private_selection is not None):
+        raise ParameterError(
+            "the sensitivity audit takes the released heads, or private selection settings and no heads"
+        )
     if num_partitions < 1 or neighbours_per_partition < 1:
         raise ParameterError(
             f"num_partitions ({num_partitions}) and neighbours_per_partition "
@@ -188,84 +292,36 @@ def audit_sensitivity(
         )
     if not records:
         raise RecordError("no records to audit")
-    means = _ChunkMeans(loaded, heads, settings, executor or LocalExecutor())
-    pairs = []
-    for index in range(num_partitions):
-        partition_seed = seed + index
-        seeded = dataclasses.replace(
-            settings, insecure_seed=partition_seed, allow_insecure_seed=True, non_private=True, progress=False
-        )
-        base, base_delta = means.mean(records, seeded)
-        rng = np.random.default_rng([seed, index, 4917])  # public choice of the neighbours
-        for k, (change, target, neighbour) in enumerate(
-            _neighbours(records, settings, rng, neighbours_per_partition)
-        ):
-            rebuild = k == 0 and index < rebuild_pairs
-            pairs.append(
-                _pair(means, seeded, base, base_delta, neighbour, (partition_seed, change, target), rebuild)
-            )
-    return SensitivityAudit(settings.privacy_unit.value, settings.relation.value, tuple(pairs))
 
 
-def _pair(means, seeded, base, base_delta, neighbour, described, rebuild: bool) -> SensitivityPair:
-    """Measure one neighbour through the cache, and with ``rebuild`` also from scratch."""
-    moved, delta = means.mean(neighbour, seeded)
-    pair = SensitivityPair(*described, float(np.linalg.norm(base - moved) / base_delta), base_delta, delta)
-    if not rebuild:
+def _pair(base: Measured, moved: Measured, rebuilt: Measured | None, described) -> SensitivityPair:
+    """One neighbour's release pair, through the cache and, when ``rebuilt``, from scratch."""
+    delta = base.l2_sensitivity
+    pair = SensitivityPair(
+        *described, float(np.linalg.norm(base.mean - moved.mean) / delta), delta, moved.l2_sensitivity
+    )
+    if rebuilt is None:
         return pair
-    rebuilt = means.mean(neighbour, seeded, fresh=True)[0]
     return dataclasses.replace(
         pair,
-        rebuild_gap=float(np.linalg.norm(moved - rebuilt) / base_delta),
-        ratio_rebuilt=float(np.linalg.norm(base - rebuilt) / base_delta),
+        rebuild_gap=float(np.linalg.norm(moved.mean - rebuilt.mean) / delta),
+        ratio_rebuilt=float(np.linalg.norm(base.mean - rebuilt.mean) / delta),
     )
 
 
-class _ChunkMeans:
-    """Un-noised means through the build's layout and extraction, with clipped chunk vectors
-    cached by chunk content (the identity of the chunk's records, in order)."""
-
-    def __init__(self, loaded: LoadedModel, heads: HeadSet, settings: BuildSettings, executor: Executor):
-        self._loaded, self._heads, self._settings, self._executor = loaded, heads, settings, executor
-        self._reference = reference_activations(loaded, heads, settings)
-        self._cache: dict[tuple[int, ...], np.ndarray] = {}
-        self._alive: list[Sequence[Record]] = []  # keeps ids in cache keys unique
-
-    def mean(
-        self, records: Sequence[Record], settings: BuildSettings, *, fresh: bool = False
-    ) -> tuple[np.ndarray, float]:
-        """(the un-noised mean, concatenated over layers, float64; the layout's Δ). ``fresh``:
-        extract every chunk in one run over ``records``, neither reading nor filling the cache."""
-        self._alive.append(records)
-        layout = plan_layout(self._loaded, records, self._heads, settings)
-        shots = settings.shots_per_chunk
-        keys = [tuple(id(records[int(i)]) for i in chunk[:shots]) for chunk in layout.release_part.chunks]
-        if fresh:
-            return self._fresh_mean(records, layout, keys), layout.l2_sensitivity
-        missing = [j for j, key in enumerate(keys) if key and key not in self._cache]
-        if missing:
-            chunks = tuple(layout.release_part.chunks[j] for j in missing)
-            todo = Partition(chunks=chunks, num_unused=0)
-            rows = self._extract(records, todo, layout.l2_clip_norms)
-            for j, row in zip(missing, rows, strict=True):
-                self._cache[keys[j]] = row
-        dim = sum(len(self._heads.heads_in(layer)) for layer in self._heads.layers)
-        total = np.zeros(dim * self._loaded.adapter.geometry.head_dim)
-        for key in keys:
-            if key:
-                total += self._cache[key]
-        return total / layout.release_part.num_chunks, layout.l2_sensitivity
-
-    def _fresh_mean(self, records, layout, keys) -> np.ndarray:
-        nonempty = [j for j, key in enumerate(keys) if key]
-        chunks = tuple(layout.release_part.chunks[j] for j in nonempty)
-        rows = self._extract(records, Partition(chunks=chunks, num_unused=0), layout.l2_clip_norms)
-        return np.sum(rows, axis=0) / layout.release_part.num_chunks
-
-    def _extract(self, records, partition: Partition, clip_norms) -> np.ndarray:
-        """(non-empty chunks, Σ k_l*d) float64: each chunk's clipped vector."""
-        task = ClippedRows(ChunkJob(self._heads, self._settings, self._reference, clip_norms))
-        return self._executor.run(self._loaded, records, partition, task, progress=self._settings.progress)
+def _round_pairs(base: Measured, moved: Measured, rebuilt: Measured | None, described) -> list[RoundPair]:
+    """One neighbour's pair in every private round."""
+    out = []
+    for name, utility in base.utilities.items():
+        linf = base.linf_sensitivities[name]
+        change = float(np.max(np.abs(utility - moved.utilities[name])))
+        gap = None
+        if rebuilt is not None:
+            gap = float(np.max(np.abs(moved.utilities[name] - rebuilt.utilities[name]))) / linf
+        out.append(
+            RoundPair(*described, name, change / linf, change, linf, moved.linf_sensitivities[name], gap)
+        )
+    return out
 
 
 def _neighbours(records: Sequence[Record], settings: BuildSettings, rng: np.random.Generator, count: int):

@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from dpmtv.cli._audit_rounds import round_options, round_settings
 from dpmtv.cli._common import (
     build_settings,
+    clip_norms_or_auto,
     console,
     err_console,
     float_list,
@@ -28,7 +30,11 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 )
 @click.option("--data", "data_path", type=click.Path(path_type=Path), help="Records (model mode).")
 @click.option("--heads", "head_spec", help="Head spec as for build (model mode).")
-@click.option("--l2-clip-norm", callback=float_list, help="C: one value or one per layer [synthetic: 1].")
+@click.option(
+    "--l2-clip-norm",
+    callback=clip_norms_or_auto,
+    help="C: one value or one per layer [synthetic: 1]; --sensitivity: or 'private' (as for build).",
+)
 @click.option("--shots-per-chunk", type=int, help="Records per chunk s [synthetic: 4].")
 @click.option("--trials", type=int, default=10000, show_default=True, help="Releases per dataset (D and D').")
 @click.option(
@@ -65,7 +71,9 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     is_flag=True,
     help="Audit the sensitivity instead of ε: on the model and records, the build's own partition "
     "and extraction on seeded partitions; reports max ‖mean(D) − mean(D′)‖ / Δ over neighbouring "
-    "pairs at the unit and relation given (must be <= 1). Writes sensitivity.json/.md.",
+    "pairs at the unit and relation given (must be <= 1), and with --heads-from private or "
+    "--l2-clip-norm private each round's max|u(D) − u(D′)| / Δ∞ over its candidates (must be <= 1). "
+    "Writes sensitivity.json/.md.",
 )
 @click.option(
     "--privacy-unit",
@@ -106,6 +114,7 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
     show_default=True,
     help="Model mode: simulated audits per σ fraction when reporting the canary's power at 10⁴ trials.",
 )
+@round_options
 @prepare_workers_option
 @private_batch_size_option
 @ray_options("each chunk's clipped vector (--sensitivity only)")
@@ -121,6 +130,10 @@ def command(**options):
         return
     if options["ray_address"] is not None:
         raise ParameterError("--ray is for --sensitivity (its chunk forward passes): add --sensitivity")
+    if options["heads_from"] is not None or isinstance(options["l2_clip_norm"], str):
+        raise ParameterError(
+            "--heads-from private and --l2-clip-norm private/auto are for --sensitivity: add --sensitivity"
+        )
     if options["model_path"] is None:
         points, settings = _synthetic(options)
         mode = "synthetic"
@@ -248,24 +261,22 @@ def _sensitivity(options) -> None:
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
 
-    missing = [name for name in ("model_path", *_MODEL_OPTIONS) if options[name] is None]
+    needed = ("model_path", *(name for name in _MODEL_OPTIONS if name != "head_spec"))
+    missing = [name for name in needed if options[name] is None]
     if missing:
         raise ParameterError(f"--sensitivity needs --{missing[0].replace('_path', '').replace('_', '-')}")
     check_ray_installed(options["ray_address"])
     records = load_records(options["data_path"])
     loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
-    settings = build_settings(
-        options,
-        epsilon=1.0,  # unused: the audit computes un-noised means
-        l2_clip_norm=tuple(options["l2_clip_norm"]),
-    )
+    settings = build_settings(options, **round_settings(loaded, options))
+    spec = options["head_spec"]
     dtype, device = options["dtype"], options["device"]
     ray = (options["ray_address"], options["workers"], options["gpus_per_worker"])
     with ray_executor(*ray, loaded, dtype=dtype, device=device) as executor:
         audit = audit_sensitivity(
             loaded,
             records,
-            parse_head_spec(options["head_spec"], loaded.adapter.geometry),
+            None if spec is None else parse_head_spec(spec, loaded.adapter.geometry),
             settings,
             num_partitions=options["partitions"],
             neighbours_per_partition=options["neighbours"],
@@ -282,12 +293,41 @@ def _sensitivity(options) -> None:
             row["change"], str(row["pairs"]), f"{row['worst_ratio']:.4f}", where, str(row["violations"])
         )
     console.print(table)
+    _print_rounds(audit)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
     if audit.violations:
         err_console.print(
-            f"[bold red]VIOLATION:[/] {len(audit.violations)} pairs moved the mean by more than Δ"
+            f"[bold red]VIOLATION:[/] {len(audit.violations)} pairs moved the mean by more than Δ "
+            "(or a round's utility by more than Δ∞)"
         )
         sys.exit(1)
+
+
+def _print_rounds(audit) -> None:
+    """The private rounds' rows (none for a build with given heads and C)."""
+    rows = audit.round_rows()
+    if not rows:
+        return
+    table = Table(title="private rounds: max over candidates |u(D) − u(D′)| / Δ∞")
+    for column in ("round", "change", "pairs", "worst ratio", "Δ∞", "worst pair", "violations"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        where = f"seed {row['worst_pair']['partition_seed']}, {row['worst_pair']['target']}"
+        table.add_row(
+            row["round"],
+            row["change"],
+            str(row["pairs"]),
+            f"{row['worst_ratio']:.4f}",
+            f"{row['linf_sensitivity']:g}",
+            where,
+            str(row["violations"]),
+        )
+    console.print(table)
+    console.print(
+        "the release is measured at the heads and C each partition's rounds chose on D "
+        "(sensitivity.json: chosen_on_d)",
+        highlight=False,
+    )
 
 
 def _public(options, common) -> dict:

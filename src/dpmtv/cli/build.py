@@ -157,20 +157,9 @@ def _settings(options, **derived) -> BuildSettings:
 def _heads_and_settings(loaded, options) -> tuple[HeadSet | None, BuildSettings]:
     """The released head set (None: chosen privately inside the build) and the settings, with
     C chosen from the public records first for ``--l2-clip-norm auto``."""
-    from dpmtv.pipeline.settings import PrivateClipSettings
-
     heads, head_selection, private_selection = _heads(loaded, options)
     auto, private = options["l2_clip_norm"] == "auto", options["l2_clip_norm"] == "private"
-    private_clip = (
-        PrivateClipSettings(
-            epsilon_fraction=options["clip_epsilon_fraction"],
-            quantile=options["clip_quantile"],
-            utility=options["clip_utility"],
-            tolerance=options["clip_tolerance"],
-        )
-        if private
-        else None
-    )
+    private_clip = private_clip_settings(options) if private else None
     settings = _settings(
         options,
         # auto: chosen just below; private: inside the build
@@ -294,25 +283,43 @@ def _explain_failure(charge: BuildCharge | None, exc: BaseException) -> None:
         err_console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
 
+def private_clip_settings(options):
+    """``--l2-clip-norm private``'s round, from the --clip-* options (also ``dpmtv audit``'s)."""
+    from dpmtv.pipeline.settings import PrivateClipSettings
+
+    return PrivateClipSettings(
+        epsilon_fraction=options["clip_epsilon_fraction"],
+        quantile=options["clip_quantile"],
+        utility=options["clip_utility"],
+        tolerance=options["clip_tolerance"],
+    )
+
+
+def private_selection_settings(loaded, params):
+    """``--heads-from private``'s selection, from the --select-*/--selection-* options (also
+    ``dpmtv audit``'s)."""
+    from dpmtv.pipeline.settings import PrivateSelectionSettings
+
+    candidates = params["private_selection"] == "candidates"
+    if not candidates:
+        _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
+    return PrivateSelectionSettings(
+        k=params["select_k"],
+        selection_fraction=_selection_fraction(params["selection_fraction"], candidates),
+        composition=params["selection_composition"],
+        pool=params["select_pool"],
+        method=params["private_selection"],
+        candidates=params["selection_candidates"],
+        utility=params["selection_utility"],
+    )
+
+
 def _heads(loaded, params):
     """(head set, how it was chosen, private selection settings): --heads or --heads-from."""
-    from dpmtv.pipeline.settings import PrivateSelectionSettings
     from dpmtv.selection.resolve import resolve_heads
 
     if params["heads_from"] == "private":
-        candidates = params["private_selection"] == "candidates"
-        if not candidates:
-            _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
-        private_selection = PrivateSelectionSettings(
-            k=params["select_k"],
-            selection_fraction=_selection_fraction(params["selection_fraction"], candidates),
-            composition=params["selection_composition"],
-            pool=params["select_pool"],
-            method=params["private_selection"],
-            candidates=params["selection_candidates"],
-            utility=params["selection_utility"],
-        )
-        return None, {"method": "private"}, private_selection
+        return None, {"method": "private"}, private_selection_settings(loaded, params)
     heads, head_selection = resolve_heads(
         loaded,
         head_spec=params["head_spec"],

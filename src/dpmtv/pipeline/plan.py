@@ -42,9 +42,11 @@ from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
 __all__ = [
     "BuildLayout",
     "BuildPlan",
+    "chosen_clip_layout",
     "plan_build",
     "plan_chosen_clip",
     "plan_layout",
+    "plan_selection",
     "private_clip_events",
     "private_clip_notes",
     "sensitivity_clip_norms",
@@ -106,7 +108,7 @@ def plan_build(
     )
     layout = plan_layout(loaded, records, heads, settings)
     notes = count_notes(layout.chunked, settings, stacklevel=4)
-    selection = _plan_selection(settings)
+    selection = plan_selection(settings)
     release = plan_release(settings, layout.l2_sensitivity, sampler, selection)
     if settings.private_clip is None:  # a private C is not known yet
         notes += weak_signal_notes(loaded, heads, release, layout.l2_clip_norms, stacklevel=4)
@@ -124,19 +126,24 @@ def plan_chosen_clip(
     """The plan with the privately chosen clip norms (``--l2-clip-norm private``): their Δ (a
     function of an ε-DP output) and the release planned again from it, refused unless it carries
     the event already charged (the Gaussian's multiplier does not depend on Δ)."""
-    layout = plan.layout
-    norms, sensitivity = _sensitivity(clip_norms, heads, settings, layout.release_part.num_chunks)
-    release = plan_release(settings, sensitivity, plan.sampler, plan.selection)
+    chosen = chosen_clip_layout(plan.layout, clip_norms, heads, settings)
+    release = plan_release(settings, chosen.l2_sensitivity, plan.sampler, plan.selection)
     if (
         release is None
         or plan.release is None
         or event_to_json(release.event) != event_to_json(plan.release.event)
     ):
         raise NumericalError("the release planned from the chosen clip norms is not the charged event")
-    chosen = replace(
-        layout, l2_clip_norms=clip_norms, sensitivity_clip_norms=norms, l2_sensitivity=sensitivity
-    )
     return replace(plan, layout=chosen, release=release)
+
+
+def chosen_clip_layout(
+    layout: BuildLayout, clip_norms: dict[int, float], heads: HeadSet, settings: BuildSettings
+) -> BuildLayout:
+    """``layout`` with the privately chosen clip norms and their Δ (the build's, and the
+    sensitivity audit's for a private C)."""
+    norms, sensitivity = _sensitivity(clip_norms, heads, settings, layout.release_part.num_chunks)
+    return replace(layout, l2_clip_norms=clip_norms, sensitivity_clip_norms=norms, l2_sensitivity=sensitivity)
 
 
 def _candidates(loaded: LoadedModel, heads: HeadSet | None, settings: BuildSettings) -> HeadSet:
@@ -171,7 +178,8 @@ def count_notes(chunked: PrivatePartition, settings: BuildSettings, *, stackleve
     return notes
 
 
-def _plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
+def plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
+    """The private selection's plan (its ε share, k, k', noise scale, event); None without one."""
     selection = settings.private_selection
     if selection is None:
         return None

@@ -38,7 +38,7 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.clip_quantile import private_clip_multiplier
 
-__all__ = ["ClipChoice", "private_clip_sums"]
+__all__ = ["ClipChoice", "clip_round_norms", "private_clip_sums"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _choose(
     """The ε_clip-DP multiplier from the rows' per-layer norms (seeded only in seeded builds)."""
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-clip-norm"))
-    norms = np.stack([np.linalg.norm(rows[layer], axis=1) for layer in heads.layers], axis=1)  # (m, L)
+    norms = clip_round_norms(rows, heads)
     multiplier = private_clip_multiplier(
         norms,
         layer_scales=[scales[layer] for layer in heads.layers],
@@ -121,3 +121,9 @@ def _choose(
         rng=rng,
     )
     return ClipChoice(clip, scales, multiplier, epsilon)
+
+
+def clip_round_norms(rows: dict[int, np.ndarray], heads: HeadSet) -> np.ndarray:
+    """``(m, L)``: each release chunk's norm in each released layer, what the clip round scores
+    (shared with the sensitivity audit, :mod:`dpmtv.audit.sensitivity`)."""
+    return np.stack([np.linalg.norm(rows[layer], axis=1) for layer in heads.layers], axis=1)

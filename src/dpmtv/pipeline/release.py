@@ -30,13 +30,14 @@ from dpmtv.pipeline.private_clip import ClipChoice, private_clip_sums
 from dpmtv.pipeline.reference import public_reference
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.pipeline.tasks import sum_clipped_chunks
-from dpmtv.privacy import derive_insecure_seed, seeded_rng
+from dpmtv.privacy import Partition, derive_insecure_seed, seeded_rng
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan
 from dpmtv.privacy.release import NoisedVector, release_clipped_sum
 from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, select_private_candidates
 from dpmtv.selection.private import select_private
 from dpmtv.selection.result import SelectionResult
 
-__all__ = ["PrivateRelease", "private_release"]
+__all__ = ["PrivateRelease", "candidate_task", "private_release", "select_heads_privately"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,10 @@ def private_release(
     head_selection = settings.head_selection
     if heads is None:
         charge()
-        selection = _select_privately(loaded, records, plan, settings, executor)
+        part = plan.layout.selection_part
+        selection = select_heads_privately(
+            loaded, records, plan.selection, part, plan.candidates, settings, executor
+        )
         heads, head_selection = selection.heads, selection.to_metadata()
     public = public_reference(loaded, heads, settings)
     release_part, choice = plan.layout.release_part, None
@@ -103,34 +107,29 @@ def private_release(
     return PrivateRelease(heads, head_selection, public.centering, noised, plan.layout, choice)
 
 
-def _select_privately(
+def select_heads_privately(
     loaded: LoadedModel,
     records: Sequence[Record],
-    plan: BuildPlan,
+    selection_plan: PrivateSelectionPlan | None,
+    selection_part: Partition,
+    pool: HeadSet,
     settings: BuildSettings,
     executor: Executor | None,
 ) -> SelectionResult:
-    """The private head selection on the plan's selection chunks (its noise is drawn here)."""
-    selection_plan = plan.selection
-    if selection_plan is None:  # build: no head set comes with private selection settings
+    """The private head selection on the plan's selection chunks ``selection_part`` among the
+    public ``pool`` (its noise is drawn here; seeded only in seeded builds). The build's, and the
+    sensitivity audit's choice on ``D`` (:mod:`dpmtv.audit.sensitivity`)."""
+    chosen = settings.private_selection
+    if selection_plan is None or chosen is None:  # build: no head set comes with private selection settings
         raise ParameterError("private selection needs private selection settings")
     seed = settings.insecure_seed
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
-    chosen = settings.private_selection
-    if chosen is not None and chosen.method == "candidates":
-        task = CandidateUtilities(
-            candidates=tuple(candidate_head_sets(chosen.candidates, plan.candidates)),
-            utility=chosen.utility,
-            max_prompt_tokens=settings.max_prompt_tokens,
-            shots_per_chunk=settings.shots_per_chunk,
-            prepare_workers=settings.prepare_workers,
-            private_batch_size=settings.private_batch_size or 1,
-        )
+    if chosen.method == "candidates":
         return select_private_candidates(
             loaded,
             records,
-            plan.layout.selection_part,
-            task=task,
+            selection_part,
+            task=candidate_task(pool, settings),
             plan=selection_plan,
             rng=rng,
             progress=settings.progress,
@@ -139,14 +138,30 @@ def _select_privately(
     return select_private(
         loaded,
         records,
-        plan.layout.selection_part,
+        selection_part,
         shots_per_chunk=settings.shots_per_chunk,
         plan=selection_plan,
-        pool=plan.candidates,
+        pool=pool,
         max_prompt_tokens=settings.max_prompt_tokens,
         rng=rng,
         progress=settings.progress,
         executor=executor,
+        prepare_workers=settings.prepare_workers,
+        private_batch_size=settings.private_batch_size or 1,
+    )
+
+
+def candidate_task(pool: HeadSet, settings: BuildSettings) -> CandidateUtilities:
+    """The chunk task of ``--private-selection candidates``: each chunk's utility for every public
+    candidate head set over ``pool``."""
+    chosen = settings.private_selection
+    if chosen is None or chosen.method != "candidates":
+        raise ParameterError("the candidate utilities need --private-selection candidates")
+    return CandidateUtilities(
+        candidates=tuple(candidate_head_sets(chosen.candidates, pool)),
+        utility=chosen.utility,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        shots_per_chunk=settings.shots_per_chunk,
         prepare_workers=settings.prepare_workers,
         private_batch_size=settings.private_batch_size or 1,
     )

@@ -95,7 +95,9 @@ __all__ = [
     "clip_quantile_event",
     "clip_quantile_scale",
     "log_loss_scores",
+    "multiplier_ratios",
     "multiplier_score_range",
+    "multiplier_scores",
     "multiplier_score_sensitivity",
     "private_clip_multiplier",
     "private_clip_norms",
@@ -273,6 +275,19 @@ def private_clip_multiplier(
     the public ``tolerance`` factor); layer ``l`` is then clipped at ``c·g_l``.
 
     ``rng`` and ``epsilon = inf`` as in :func:`private_clip_norms`."""
+    ratios = multiplier_ratios(chunk_norms, layer_scales=layer_scales)  # (m,)
+    grid = _check_candidates(candidates)
+    sensitivity = multiplier_score_sensitivity(candidates=grid, alpha=alpha, utility=utility)
+    scale = _gumbel_scale(epsilon, sensitivity, allow_non_private)
+    if utility == "quantile":
+        return grid[_choose(ratios, grid, alpha, scale, rng)]
+    scores = log_loss_scores(ratios, candidates=grid, alpha=alpha, tolerance=tolerance)  # (K,)
+    return grid[_noisy_min(scores, scale, rng)]
+
+
+def multiplier_ratios(chunk_norms: np.ndarray, *, layer_scales: Sequence[float]) -> np.ndarray:
+    """Each chunk's one number of the multiplier round, ``r_j = max_l n_{j,l} / g_l``, ``(m,)``:
+    a function of chunk ``j``'s norms alone (the sensitivity argument of the module docstring)."""
     norms = _checked_norms(chunk_norms)
     scales = np.asarray(layer_scales, dtype=np.float64)
     if scales.shape != (norms.shape[1],) or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
@@ -280,14 +295,8 @@ def private_clip_multiplier(
             f"layer_scales must be {norms.shape[1]} finite values > 0 (one per layer), "
             f"got {list(layer_scales)!r}"
         )
-    grid = _check_candidates(candidates)
-    sensitivity = multiplier_score_sensitivity(candidates=grid, alpha=alpha, utility=utility)
-    scale = _gumbel_scale(epsilon, sensitivity, allow_non_private)
-    ratios = (norms / scales).max(axis=1)  # (m,)
-    if utility == "quantile":
-        return grid[_choose(ratios, grid, alpha, scale, rng)]
-    scores = log_loss_scores(ratios, candidates=grid, alpha=alpha, tolerance=tolerance)  # (K,)
-    return grid[_noisy_min(scores, scale, rng)]
+    ratios: np.ndarray = (norms / scales).max(axis=1)
+    return ratios
 
 
 def _checked_norms(chunk_norms: np.ndarray) -> np.ndarray:
