@@ -28,6 +28,7 @@ from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.plan import BuildLayout, BuildPlan, plan_chosen_clip
 from dpmtv.pipeline.private_clip import ClipChoice, private_clip_sums
 from dpmtv.pipeline.reference import public_reference
+from dpmtv.pipeline.selection_noise import candidate_release_std
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.pipeline.tasks import sum_clipped_chunks
 from dpmtv.privacy import derive_insecure_seed, seeded_rng
@@ -118,13 +119,17 @@ def _select_privately(
     rng = None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection"))
     chosen = settings.private_selection
     if chosen is not None and chosen.method == "candidates":
+        candidates = tuple(candidate_head_sets(chosen.candidates, plan.candidates))
+        noisy = chosen.utility.startswith("noisy-")
         task = CandidateUtilities(
-            candidates=tuple(candidate_head_sets(chosen.candidates, plan.candidates)),
+            candidates=candidates,
             utility=chosen.utility,
             max_prompt_tokens=settings.max_prompt_tokens,
             shots_per_chunk=settings.shots_per_chunk,
             prepare_workers=settings.prepare_workers,
             private_batch_size=settings.private_batch_size or 1,
+            noise_std=candidate_release_std(loaded, candidates, plan, settings) if noisy else None,
+            noise_seed=0 if seed is None else derive_insecure_seed(seed, "selection-utility-noise"),
         )
         return select_private_candidates(
             loaded,
