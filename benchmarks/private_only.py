@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from dpmtv.demo.config import load_defaults
-from dpmtv.demo.recognition import deciding_mask, run_ceiling
+from dpmtv.demo.recognition import run_ceiling
 from dpmtv.embedded.generator import get_task, task_suite
-from dpmtv.embedded.suite import first_token_correct, task_records
+from dpmtv.embedded.suite import first_token_correct, task_codes, task_records
+from dpmtv.embedded.world import combo_index
 from dpmtv.executor import LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
@@ -218,6 +219,12 @@ def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None)
     partition = Partition(chunks=chunks, num_unused=0)
     utilities = (executor or LocalExecutor()).run(loaded, private, partition, task, progress=False)
     return candidates[int(np.argmax(candidate_totals(utilities, num_candidates=len(candidates))))]
+
+
+def deciding_mask(task, ceiling, seed: int, n: int) -> np.ndarray:
+    """Which of the first ``n`` test queries of ``seed`` lie in a deciding cell (as
+    dpmtv.demo.recognition had it before the demo moved to eval's benchmark)."""
+    return np.isin(combo_index(task_codes(task, n, seed=seed, split="test")), ceiling.deciding_rows)
 
 
 def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -> list[dict]:
