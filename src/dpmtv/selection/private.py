@@ -32,7 +32,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
 from dpmtv.selection.result import SelectionResult
+
+if TYPE_CHECKING:
+    from dpmtv.selection.candidates import CandidateUtilities
 
 __all__ = ["HeadVotes", "chunk_votes", "select_private", "task_chunk_scores"]
 
@@ -113,7 +116,7 @@ class HeadVotes:
 
 
 def task_chunk_scores(
-    task,
+    task: HeadVotes | CandidateUtilities,
     loaded: LoadedModel,
     records: Sequence[Record],
     partition: Partition,
