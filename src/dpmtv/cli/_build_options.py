@@ -100,7 +100,7 @@ _OPTIONS = [
     click.option(
         "--selection-candidates",
         type=click.Choice(["layer-subsets", "layer-blocks", "layer-groups"]),
-        default="layer-subsets",
+        default="layer-groups",
         show_default=True,
         help="--private-selection candidates: all --select-pool heads of each non-empty subset of its "
         "layers (2^L - 1 sets, L <= 8), of each contiguous block of layers, or (layer-groups) the "
@@ -109,7 +109,7 @@ _OPTIONS = [
     click.option(
         "--selection-utility",
         type=click.Choice(["correct", "probability", "noisy-correct", "noisy-probability"]),
-        default="probability",
+        default="noisy-probability",
         show_default=True,
         help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
         "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "
