@@ -32,7 +32,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -56,9 +56,6 @@ from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
 from dpmtv.selection.result import SelectionResult
-
-if TYPE_CHECKING:
-    from dpmtv.selection.candidates import CandidateUtilities
 
 __all__ = ["HeadVotes", "chunk_votes", "select_private", "task_chunk_scores"]
 
@@ -115,8 +112,22 @@ class HeadVotes:
         return [vote for votes in results for vote in votes]
 
 
+class _ChunkScoresTask(Protocol):
+    """What :func:`task_chunk_scores` reads of a chunk task (:class:`HeadVotes`,
+    :class:`~dpmtv.selection.candidates.CandidateUtilities`)."""
+
+    @property
+    def shots_per_chunk(self) -> int: ...
+    @property
+    def max_prompt_tokens(self) -> int | None: ...
+    @property
+    def prepare_workers(self) -> int | None: ...
+    @property
+    def private_batch_size(self) -> int: ...
+
+
 def task_chunk_scores(
-    task: HeadVotes | CandidateUtilities,
+    task: _ChunkScoresTask,
     loaded: LoadedModel,
     records: Sequence[Record],
     partition: Partition,
