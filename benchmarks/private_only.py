@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from dpmtv.demo.config import load_defaults
-from dpmtv.demo.recognition import deciding_mask, run_ceiling
+from dpmtv.demo.recognition import run_ceiling
 from dpmtv.embedded.generator import get_task, task_suite
-from dpmtv.embedded.suite import first_token_correct, task_records
+from dpmtv.embedded.suite import first_token_correct, task_codes, task_records
+from dpmtv.embedded.world import combo_index
 from dpmtv.executor import LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
@@ -131,10 +132,13 @@ def _selection_config(text: str, k: int) -> PrivateSelectionSettings | str:
         return PrivateSelectionSettings(k=k, pool="all", selection_fraction=float(rest[0]))
     if kind == "candidates":
         extra = {"candidates": rest[2]} if len(rest) > 2 else {}
+        extra |= {"composition": rest[3]} if len(rest) > 3 else {}
         return PrivateSelectionSettings(
             k=k, method="candidates", utility=rest[0], selection_fraction=float(rest[1]), **extra
         )
     if kind == "exact":
+        if rest[0].startswith("noisy-") and len(rest) < 3:
+            raise SystemExit(f"{text!r}: exact:noisy-utility:fraction:list[:composition] (as its build)")
         return text
     raise SystemExit(f"unknown selection config {text!r}")
 
@@ -144,7 +148,15 @@ def selection_label(selection) -> str:
         return f" [{selection}, no noise]"
     if selection.method == "votes":
         return f" [votes top-{selection.k}, {selection.selection_fraction:g}ε]"
+    if selection.composition == "parallel":
+        return f" [{selection.candidates} by {selection.utility}, parallel halves]"
     return f" [{selection.candidates} by {selection.utility}, {selection.selection_fraction:g}ε]"
+
+
+def noisy_exact_label(spec: str) -> str:
+    """The label of the build whose (noise-aware) utilities the ablation ``spec`` takes the exact
+    argmax of: ``exact:rest`` → the build ``candidates:rest``."""
+    return selection_label(_selection_config("candidates:" + spec.split(":", 1)[1], 1))
 
 
 def run_list(args) -> list[tuple[str, PrivateClipSettings | None, object]]:
@@ -189,6 +201,16 @@ def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None)
     from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, candidate_totals
 
     _, utility, *rest = spec.split(":")
+    if utility.startswith("noisy-"):  # the build's own noisy utilities (its selection chunks)
+        if not isinstance(executor, RowCache) or noisy_exact_label(spec) not in executor.by_label:
+            raise SystemExit(
+                f"{spec!r} needs --reuse-rows and its build candidates:{spec.split(':', 1)[1]} first"
+            )
+        task, utilities = executor.by_label[noisy_exact_label(spec)]
+        return task.candidates[
+            int(np.argmax(candidate_totals(utilities, num_candidates=len(task.candidates))))
+        ]
+    rest = rest[1:] if len(rest) > 1 else rest  # exact:utility:fraction:list: the fraction is unused
     geometry = loaded.adapter.geometry
     pool = HeadSet.of((layer, h) for layer in range(geometry.num_layers) for h in range(geometry.num_heads))
     candidates = tuple(candidate_head_sets(rest[0] if rest else "layer-subsets", pool))
@@ -197,6 +219,12 @@ def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None)
     partition = Partition(chunks=chunks, num_unused=0)
     utilities = (executor or LocalExecutor()).run(loaded, private, partition, task, progress=False)
     return candidates[int(np.argmax(candidate_totals(utilities, num_candidates=len(candidates))))]
+
+
+def deciding_mask(task, ceiling, seed: int, n: int) -> np.ndarray:
+    """Which of the first ``n`` test queries of ``seed`` lie in a deciding cell (as
+    dpmtv.demo.recognition had it before the demo moved to eval's benchmark)."""
+    return np.isin(combo_index(task_codes(task, n, seed=seed, split="test")), ceiling.deciding_rows)
 
 
 def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -> list[dict]:
@@ -242,6 +270,8 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
                 generic = dict(enumerate(defaults["l2_clip_norm"]))
                 settings = replace(settings, l2_clip_norm=tuple(generic[ly] for ly in build_heads.layers))
         vector = build_task_vector(loaded, private, build_heads, settings, executor=executor).vector
+        if isinstance(executor, RowCache) and executor.last is not None:
+            executor.by_label[selection_label(selection)], executor.last = executor.last, None
         correct = first_token_correct(loaded.adapter, queries, answers, patches=vector.layer_patches())
         rows.append(row(variant, correct, vector))
     return rows
@@ -254,16 +284,25 @@ class RowCache(LocalExecutor):
 
     def __init__(self):
         self._rows: dict = {}
+        self.last = None  # the latest build's (candidate task, utilities)
+        self.by_label: dict = {}  # selection label -> (task, utilities), for the exact ablations
 
     def run(self, loaded, records, partition, task, *, progress: bool = False):
         if isinstance(task, CandidateUtilities):  # the candidate choice's utilities, once per kind
-            key = (task.utility, tuple(tuple(c.pairs) for c in task.candidates))
-        elif isinstance(task, CenteredRows):
-            key = tuple(task.job.heads.pairs)
+            key = (
+                task.utility,
+                tuple(tuple(c.pairs) for c in task.candidates),
+                task.noise_std,
+                len(partition.chunks),
+            )
+        elif isinstance(task, CenteredRows):  # per head set and number of chunks (a parallel half)
+            key = (tuple(task.job.heads.pairs), len(partition.chunks))
         else:
             return super().run(loaded, records, partition, task, progress=progress)
         if key not in self._rows:
             self._rows[key] = super().run(loaded, records, partition, task, progress=progress)
+        if isinstance(task, CandidateUtilities):
+            self.last = (task, self._rows[key])
         return self._rows[key]
 
 

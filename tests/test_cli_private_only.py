@@ -69,15 +69,15 @@ def test_a_private_clip_norm_refuses_public_data_and_non_private_builds(
 def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
     tiny_llava_path, records_file, tmp_path
 ):
-    """--private-selection candidates: one exponential-mechanism round among the public layer
-    subsets, composed with the clip round and the Gaussian; the load re-derives all three and
-    refuses an edited choice."""
+    """--private-selection candidates with its defaults (noise-aware utility over layer-groups): one
+    exponential-mechanism round among the public candidates, composed with the clip round and the
+    Gaussian; the load re-derives all three and refuses an edited choice."""
     from tests.test_artifact_claims import _edited
 
     out = tmp_path / "v.safetensors"
     result = _build(
         tiny_llava_path, records_file, out, "--heads-from", "private", "--private-selection", "candidates",
-        "--selection-utility", "probability", "--selection-fraction", "0.3", "--l2-clip-norm", "private",
+        "--selection-fraction", "0.3", "--l2-clip-norm", "private",
         "--clip-utility", "log-loss",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -85,7 +85,8 @@ def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
     selection, p = metadata.head_selection, metadata.privacy
     assert selection["method"] == "private-candidate-choice"
     details = selection["details"]
-    assert len(details["candidates"]) == 3 and details["candidates"][details["chosen"]] == metadata.heads
+    assert len(details["candidates"]) == 21 and details["candidates"][details["chosen"]] == metadata.heads
+    assert details["utility"] == "noisy-probability" and len(details["release_noise_std"]) == 21
     assert p.clip_norm_selection["utility"] == "log-loss"
     event = event_from_json(p.accounting_events)
     assert [type(e).__name__ for e in event.events] == [

@@ -167,7 +167,7 @@ class BuildPath:
         assert plan is not None and seeded.private_selection is not None
         pool = selection_pool(seeded, geometry)
         if seeded.private_selection.method == "candidates":
-            task = candidate_task(pool, seeded)
+            task = candidate_task(self._loaded, pool, seeded)
             values = self._cache.results(records, part, task, ("candidates", task.candidates), fresh)
             totals = candidate_totals(values, num_candidates=len(task.candidates))
             scores = np.rint(totals) if task.utility == "correct" else totals  # as the build scores them

@@ -99,20 +99,22 @@ _OPTIONS = [
     ),
     click.option(
         "--selection-candidates",
-        type=click.Choice(["layer-subsets", "layer-blocks"]),
-        default="layer-subsets",
+        type=click.Choice(["layer-subsets", "layer-blocks", "layer-groups"]),
+        default="layer-groups",
         show_default=True,
         help="--private-selection candidates: all --select-pool heads of each non-empty subset of its "
-        "layers (2^L - 1 sets, L <= 8) or of each contiguous block of layers.",
+        "layers (2^L - 1 sets, L <= 8), of each contiguous block of layers, or (layer-groups) the "
+        "layer subsets and each half and quarter of their layers' heads by position.",
     ),
     click.option(
         "--selection-utility",
-        type=click.Choice(["correct", "probability"]),
-        default="probability",
+        type=click.Choice(["correct", "probability", "noisy-correct", "noisy-probability"]),
+        default="noisy-probability",
         show_default=True,
         help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
         "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "
-        "token is then the greedy one (else 0), or that token's probability.",
+        "token is then the greedy one (else 0), or that token's probability; noisy-: the mean plus "
+        "the Gaussian noise the release would add for that candidate (public std).",
     ),
     click.option("--epsilon", type=float, help="Privacy budget ε of the build (> 0)."),
     click.option(

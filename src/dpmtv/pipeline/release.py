@@ -28,6 +28,7 @@ from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.plan import BuildLayout, BuildPlan, plan_chosen_clip
 from dpmtv.pipeline.private_clip import ClipChoice, private_clip_sums
 from dpmtv.pipeline.reference import public_reference
+from dpmtv.pipeline.selection_noise import candidate_release_std
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.pipeline.tasks import sum_clipped_chunks
 from dpmtv.privacy import Partition, derive_insecure_seed, seeded_rng
@@ -72,7 +73,7 @@ def private_release(
         charge()
         part = plan.layout.selection_part
         selection = select_heads_privately(
-            loaded, records, plan.selection, part, plan.candidates, settings, executor
+            loaded, records, plan.selection, part, plan.candidates, settings, executor, plan
         )
         heads, head_selection = selection.heads, selection.to_metadata()
     public = public_reference(loaded, heads, settings)
@@ -115,10 +116,12 @@ def select_heads_privately(
     pool: HeadSet,
     settings: BuildSettings,
     executor: Executor | None,
+    plan: BuildPlan | None = None,
 ) -> SelectionResult:
     """The private head selection on the plan's selection chunks ``selection_part`` among the
-    public ``pool`` (its noise is drawn here; seeded only in seeded builds). The build's, and the
-    sensitivity audit's choice on ``D`` (:mod:`dpmtv.audit.sensitivity`)."""
+    public ``pool`` (its noise is drawn here; seeded only in seeded builds). The build's (with its
+    ``plan``, for a noise-aware utility's std), and the sensitivity audit's choice on ``D``
+    (:mod:`dpmtv.audit.sensitivity`)."""
     chosen = settings.private_selection
     if selection_plan is None or chosen is None:  # build: no head set comes with private selection settings
         raise ParameterError("private selection needs private selection settings")
@@ -129,7 +132,7 @@ def select_heads_privately(
             loaded,
             records,
             selection_part,
-            task=candidate_task(pool, settings),
+            task=candidate_task(loaded, pool, settings, plan),
             plan=selection_plan,
             rng=rng,
             progress=settings.progress,
@@ -151,17 +154,32 @@ def select_heads_privately(
     )
 
 
-def candidate_task(pool: HeadSet, settings: BuildSettings) -> CandidateUtilities:
+def candidate_task(
+    loaded: LoadedModel, pool: HeadSet, settings: BuildSettings, plan: BuildPlan | None = None
+) -> CandidateUtilities:
     """The chunk task of ``--private-selection candidates``: each chunk's utility for every public
-    candidate head set over ``pool``."""
+    candidate head set over ``pool``. A noise-aware utility adds the release's public noise std of
+    each candidate (from ``plan``); without a plan (the sensitivity audit) the noise is zero, a
+    fixed noise for which the sensitivity bound holds as for any other."""
     chosen = settings.private_selection
     if chosen is None or chosen.method != "candidates":
         raise ParameterError("the candidate utilities need --private-selection candidates")
+    candidates = tuple(candidate_head_sets(chosen.candidates, pool))
+    std = None
+    if chosen.utility.startswith("noisy-"):
+        std = (
+            (0.0,) * len(candidates)
+            if plan is None
+            else candidate_release_std(loaded, candidates, plan, settings)
+        )
+    seed = settings.insecure_seed
     return CandidateUtilities(
-        candidates=tuple(candidate_head_sets(chosen.candidates, pool)),
+        candidates=candidates,
         utility=chosen.utility,
         max_prompt_tokens=settings.max_prompt_tokens,
         shots_per_chunk=settings.shots_per_chunk,
         prepare_workers=settings.prepare_workers,
         private_batch_size=settings.private_batch_size or 1,
+        noise_std=std,
+        noise_seed=0 if seed is None else derive_insecure_seed(seed, "selection-utility-noise"),
     )

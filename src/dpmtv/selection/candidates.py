@@ -12,14 +12,30 @@ last-token outputs ``a_j`` of every head of that prompt are the chunk's own mean
 ``a_j`` into the heads of ``S`` on ``r_s``'s zero-shot question gives
 
 - ``correct``: 1 if the greedy first answer token is ``r_s``'s answer's first token, else 0;
-- ``probability``: the probability of that token, in ``[0, 1]``.
+- ``probability``: the probability of that token, in ``[0, 1]``;
+- ``noisy-correct`` / ``noisy-probability`` (noise-aware): the same, with ``a_j + σ_S·z_j`` patched
+  instead of ``a_j``, ``σ_S`` the per-coordinate std the release would draw if ``S`` were chosen
+  (public: :mod:`dpmtv.pipeline.selection_noise`) and ``z_j`` standard normal from a generator
+  seeded by a public seed and chunk ``j``'s public id only. A large candidate carries more signal
+  but (per-layer clipping: more heads in a layer, a larger ``C_l``) more noise per head; this
+  utility scores what the release would actually give.
+
+``layer-groups`` adds smaller sets to ``layer-subsets``: for every layer subset, each half and each
+quarter of every layer's pool heads by position (the same part in each layer of the subset;
+``np.array_split``, repeats dropped; 105 sets for 4 layers of 8 heads): public index facts only.
 
 Sensitivity. ``u_j ∈ [0, 1]^n`` is a function of chunk ``j``'s records alone (and the public model
 and candidates), and a neighbouring dataset changes one chunk (replace-one: the changed record's
 chunk under the data-independent partition; add-remove-one: the record's keyed-hash chunk, from or
 to empty, an empty or failed chunk contributing 0). So every total ``U(S) = Σ_j u_j(S)`` moves by
 at most 1: ``L∞ = 1``, for any number of candidates (:func:`candidate_totals` checks the range in
-code). The choice is the exponential mechanism, one round of
+code). With a noise-aware utility, ``u_j = f(chunk j, ξ_j)``, ``ξ_j`` the chunk's noise: for every
+FIXED ``ξ = (ξ_j)`` the totals ``U_ξ`` have ``L∞ = 1`` by the same argument, so the choice ``M_ξ`` is
+``ε_sel``-DP; ``ξ`` is drawn independently of the data (from public seeds and public chunk ids, the
+same on both neighbours), so ``P[M(D) ∈ A] = E_ξ P[M_ξ(D) ∈ A] <= e^ε_sel·E_ξ P[M_ξ(D') ∈ A]``:
+the mixture is ``ε_sel``-DP with the same event. (``ξ`` need not be secret: the guarantee holds for
+each fixed value. It must not depend on any record, which is why its seed is the chunk's public id,
+never its position among the non-empty chunks.) The choice is the exponential mechanism, one round of
 :func:`dpmtv.privacy.noisy_top_k.noisy_top_k` with ``k = 1`` (Gumbel scale ``2/ε_sel``,
 non-monotone), accounted as ``DiscreteLaplaceDpEvent(ε_sel, 1)`` by
 :func:`dpmtv.privacy.noisy_top_k.plan_private_selection` with ``k = 1`` and composed with the
@@ -49,7 +65,7 @@ from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
 from dpmtv.selection._search import mask_of
-from dpmtv.selection.private import _held_out_query, chunk_head_scores
+from dpmtv.selection.private import _held_out_query, task_chunk_scores
 from dpmtv.selection.result import SelectionResult
 
 __all__ = [
@@ -62,8 +78,9 @@ __all__ = [
     "select_private_candidates",
 ]
 
-CANDIDATE_LISTS = ("layer-subsets", "layer-blocks")
-CANDIDATE_UTILITIES = ("correct", "probability")
+CANDIDATE_LISTS = ("layer-subsets", "layer-blocks", "layer-groups")
+CANDIDATE_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
+MAX_CANDIDATES = 1024  # one forward row per candidate per chunk
 MAX_LAYER_SUBSETS = 255  # 2^8 − 1: beyond 8 pool layers use layer-blocks
 
 
@@ -79,6 +96,8 @@ def candidate_head_sets(kind: str, pool: HeadSet) -> list[HeadSet]:
         groups = [c for r in range(1, len(layers) + 1) for c in itertools.combinations(layers, r)]
     elif kind == "layer-blocks":
         groups = [tuple(layers[i:j]) for i in range(len(layers)) for j in range(i + 1, len(layers) + 1)]
+    elif kind == "layer-groups":
+        return _layer_groups(pool)
     else:
         raise ParameterError(
             f"--selection-candidates must be one of {', '.join(CANDIDATE_LISTS)}, got {kind!r}"
@@ -86,24 +105,52 @@ def candidate_head_sets(kind: str, pool: HeadSet) -> list[HeadSet]:
     return [HeadSet.of((layer, head) for layer in group for head in pool.heads_in(layer)) for group in groups]
 
 
+def _layer_groups(pool: HeadSet) -> list[HeadSet]:
+    """For every layer subset: all its pool heads, then each half, then each quarter of every
+    layer's pool heads by position (``np.array_split``; the same part in every layer of the
+    subset), repeats dropped: smaller sets whose release noise is smaller (module docstring)."""
+    out: list[HeadSet] = []
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    for parts in (1, 2, 4):
+        for subset in candidate_head_sets("layer-subsets", pool):
+            for part in range(parts):
+                pairs = [
+                    (layer, int(h))
+                    for layer in subset.layers
+                    for h in np.array_split(np.asarray(pool.heads_in(layer)), parts)[part]
+                ]
+                if pairs and tuple(sorted(pairs)) not in seen:
+                    seen.add(tuple(sorted(pairs)))
+                    out.append(HeadSet.of(pairs))
+    if len(out) > MAX_CANDIDATES:
+        raise ParameterError(f"layer-groups of this pool is {len(out)} candidates (at most {MAX_CANDIDATES})")
+    return out
+
+
 def _candidate_utility(
     loaded: LoadedModel,
     chunk: Sequence[Record],
     captured: dict[int, np.ndarray] | None,
     *,
+    chunk_id: int,
     masks: torch.Tensor,
     utility: str,
+    noise: tuple[torch.Tensor, int] | None,
 ) -> torch.Tensor | None:
     """``(n,)`` float64 tensor in [0, 1]: chunk ``chunk``'s own last-token head outputs ``captured``
-    patched into each candidate's heads (``masks`` ``(n, L, H)``) on its last record's zero-shot
-    question; None when the chunk's pass was dropped or failed (it then contributes 0)."""
+    (with ``noise`` = (per-candidate std ``(n,)``, public seed): plus fresh Gaussian noise of its
+    candidate's std, drawn from the public seed and the public ``chunk_id`` alone) patched into each
+    candidate's heads (``masks`` ``(n, L, H)``) on its last record's zero-shot question; None when
+    the chunk's pass was dropped or failed (it then contributes 0)."""
     if captured is None:
         return None
     adapter, geometry = loaded.adapter, loaded.adapter.geometry
     values = {
         layer: torch.from_numpy(captured[layer][0].reshape(geometry.num_heads, -1)).float()
         for layer in range(geometry.num_layers)
-    }  # {layer: (H, d)}
+    }  # {layer: (H, d)}, or with noise {layer: (n, H, d)}
+    if noise is not None:
+        values = _with_release_noise(values, noise, chunk_id, masks.shape[0])
     query = _held_out_query(adapter, chunk[-1])
     inputs = adapter.encode([query.prompt] * masks.shape[0])
     with torch.no_grad(), blend_heads_per_row(adapter, values, masks.float()):
@@ -114,6 +161,50 @@ def _candidate_utility(
     else:
         out = logits.softmax(-1)[:, query.target].double()
     return out  # NaN/inf: the failed-chunk rule (no utility)
+
+
+def _with_release_noise(
+    values: dict[int, torch.Tensor], noise: tuple[torch.Tensor, int], chunk_id: int, n: int
+) -> dict[int, torch.Tensor]:
+    """``values[l] + σ_i·z`` per candidate row ``i``, ``z`` standard normal from a generator seeded
+    by (public seed, public chunk id) only: never by a record. ``{l: (H, d)}`` → ``{l: (n, H, d)}``."""
+    std, seed = noise
+    generator = torch.Generator().manual_seed(
+        int(np.random.SeedSequence([seed, chunk_id]).generate_state(1)[0])
+    )
+    return {
+        layer: value.expand(n, *value.shape)
+        + std.float()[:, None, None] * torch.randn((n, *value.shape), generator=generator)
+        for layer, value in sorted(values.items())
+    }
+
+
+def base_utility(utility: str) -> str:
+    """``correct`` or ``probability``: the utility without its ``noisy-`` prefix."""
+    return utility.removeprefix("noisy-")
+
+
+def _check_noise(task: CandidateUtilities) -> tuple[torch.Tensor, int] | None:
+    """The task's (std ``(n,)``, seed) for a ``noisy-`` utility, None otherwise; refused unless
+    a noisy utility has one finite std >= 0 per candidate and a plain one none."""
+    if task.utility not in CANDIDATE_UTILITIES:
+        raise ParameterError(
+            f"candidate utility must be one of {', '.join(CANDIDATE_UTILITIES)}, got {task.utility!r}"
+        )
+    noisy = task.utility.startswith("noisy-")
+    if not noisy:
+        if task.noise_std is not None:
+            raise ParameterError(
+                f"utility {task.utility!r} takes no release noise std (use noisy-{task.utility})"
+            )
+        return None
+    std = np.asarray(task.noise_std if task.noise_std is not None else [], dtype=np.float64)
+    if std.shape != (len(task.candidates),) or not np.all(np.isfinite(std) & (std >= 0)):
+        raise ParameterError(
+            f"utility {task.utility!r} needs one finite release noise std >= 0 per candidate "
+            f"({len(task.candidates)}), got {task.noise_std!r}"
+        )
+    return torch.from_numpy(std), int(task.noise_seed)
 
 
 @dataclass(frozen=True)
@@ -127,6 +218,10 @@ class CandidateUtilities:
     shots_per_chunk: int
     prepare_workers: int | None = None
     private_batch_size: int = 1
+    # a "noisy-" utility: the release's public per-coordinate std for each candidate, and the
+    # public seed of the chunks' noise (dpmtv.pipeline.selection_noise; module docstring)
+    noise_std: tuple[float, ...] | None = None
+    noise_seed: int = 0
     description: ClassVar[str] = "private candidate utilities"
 
     def run(
@@ -134,21 +229,9 @@ class CandidateUtilities:
     ) -> list[torch.Tensor | None]:
         geometry = loaded.adapter.geometry
         masks = torch.stack([mask_of(c, geometry) for c in self.candidates])  # (n, L, H) bool
-        cut = self.shots_per_chunk
-        items = partition.nonempty_items()
-        return list(
-            chunk_head_scores(
-                loaded,
-                [[records[int(i)] for i in chunk[:cut]] for _, chunk in items],
-                max_prompt_tokens=self.max_prompt_tokens,
-                progress=progress,
-                prepare_workers=self.prepare_workers,
-                private_batch_size=self.private_batch_size,
-                chunk_ids=[j for j, _ in items],
-                shots_per_chunk=cut,
-                scorer=partial(_candidate_utility, masks=masks, utility=self.utility),
-            )
-        )
+        noise = _check_noise(self)
+        scorer = partial(_candidate_utility, masks=masks, utility=base_utility(self.utility), noise=noise)
+        return list(task_chunk_scores(self, loaded, records, partition, progress=progress, scorer=scorer))
 
     def combine(self, results: list[list[torch.Tensor | None]]) -> list[torch.Tensor | None]:
         return [u for part in results for u in part]
@@ -220,6 +303,7 @@ def select_private_candidates(
         details={
             "candidates": [c.to_json() for c in task.candidates],
             "utility": task.utility,
+            **({} if task.noise_std is None else {"release_noise_std": list(task.noise_std)}),
             "chosen": int(picked),
             "k": 1,
             "max_votes_per_chunk": 1,

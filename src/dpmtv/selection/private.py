@@ -32,7 +32,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
 from dpmtv.selection.result import SelectionResult
 
-__all__ = ["HeadVotes", "chunk_votes", "select_private"]
+__all__ = ["HeadVotes", "chunk_votes", "select_private", "task_chunk_scores"]
 
 
 def chunk_votes(
@@ -105,22 +105,53 @@ class HeadVotes:
     def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
         geometry = loaded.adapter.geometry
         pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
-        cut = self.shots_per_chunk
-        items = partition.nonempty_items()
-        scores = chunk_head_scores(
-            loaded,
-            [[records[int(i)] for i in chunk[:cut]] for _, chunk in items],
-            max_prompt_tokens=self.max_prompt_tokens,
-            progress=progress,
-            prepare_workers=self.prepare_workers,
-            private_batch_size=self.private_batch_size,
-            chunk_ids=[j for j, _ in items],
-            shots_per_chunk=cut,
-        )
+        scores = task_chunk_scores(self, loaded, records, partition, progress=progress)
         return [() if s is None else _top_positive(s, pool_mask, self.max_votes_per_chunk) for s in scores]
 
     def combine(self, results: list[list[tuple[int, ...]]]) -> list[tuple[int, ...]]:
         return [vote for votes in results for vote in votes]
+
+
+class _ChunkScoresTask(Protocol):
+    """What :func:`task_chunk_scores` reads of a chunk task (:class:`HeadVotes`,
+    :class:`~dpmtv.selection.candidates.CandidateUtilities`)."""
+
+    @property
+    def shots_per_chunk(self) -> int: ...
+    @property
+    def max_prompt_tokens(self) -> int | None: ...
+    @property
+    def prepare_workers(self) -> int | None: ...
+    @property
+    def private_batch_size(self) -> int: ...
+
+
+def task_chunk_scores(
+    task: _ChunkScoresTask,
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    partition: Partition,
+    *,
+    progress: bool,
+    scorer: Callable[..., torch.Tensor | None] | None = None,
+) -> Iterator[torch.Tensor | None]:
+    """:func:`chunk_head_scores` of ``partition``'s non-empty chunks of ``records``, each cut to
+    ``task.shots_per_chunk`` records, with the chunk task's prompt budget, prepare workers and
+    batch size (``task``: :class:`HeadVotes` or
+    :class:`~dpmtv.selection.candidates.CandidateUtilities`), keyed by the chunks' public ids."""
+    cut = task.shots_per_chunk
+    items = partition.nonempty_items()
+    return chunk_head_scores(
+        loaded,
+        [[records[int(i)] for i in chunk[:cut]] for _, chunk in items],
+        max_prompt_tokens=task.max_prompt_tokens,
+        progress=progress,
+        prepare_workers=task.prepare_workers,
+        private_batch_size=task.private_batch_size,
+        chunk_ids=[j for j, _ in items],
+        shots_per_chunk=cut,
+        scorer=scorer,
+    )
 
 
 def chunk_head_scores(
@@ -136,9 +167,9 @@ def chunk_head_scores(
     scorer: Callable[..., torch.Tensor | None] | None = None,
 ) -> Iterator[torch.Tensor | None]:
     """Per chunk, the attribution score of every head (L, H) float32, or None (no vote); with
-    ``scorer``, ``scorer(loaded, chunk, captured)`` instead (the candidate utilities of
-    :mod:`dpmtv.selection.candidates`), ``captured`` the chunk prompt's last-token outputs of
-    every head ``{layer: (1, H*d)}`` or None.
+    ``scorer``, ``scorer(loaded, chunk, captured, chunk_id=j)`` instead (the candidate utilities
+    of :mod:`dpmtv.selection.candidates`), ``captured`` the chunk prompt's last-token outputs of
+    every head ``{layer: (1, H*d)}`` or None, ``j`` the chunk's public id (``chunk_ids``).
 
     Each chunk's prompt gets its own forward pass, or with ``private_batch_size`` above 1 (and a
     family that allows it) the row its chunk id (``chunk_ids``, default the positions) assigns in
@@ -164,12 +195,13 @@ def chunk_head_scores(
     )
     try:
         with progress_bar("private head votes", len(chunks), enabled=progress) as advance:
-            for chunk in chunks:
+            for j, chunk in zip(ids, chunks, strict=True):
                 if len(chunk) < 2:  # no demonstration: no vote
                     yield None
+                elif scorer is None:
+                    yield finite_or_none(chunk_or_none(_chunk_scores, loaded, chunk, next(captured)))
                 else:
-                    score = scorer or _chunk_scores
-                    yield finite_or_none(chunk_or_none(score, loaded, chunk, next(captured)))
+                    yield finite_or_none(chunk_or_none(scorer, loaded, chunk, next(captured), chunk_id=j))
                 advance(1)
     finally:
         captured.close()
