@@ -182,6 +182,8 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
     (artifact,) = out.glob("*.safetensors")
     inspected = json.loads(runner.invoke(main, ["inspect", str(artifact), "--json"]).stdout)
     assert inspected["privacy"]["epsilon"] == 1.0
+    # the artifact's chunks share fixed-shape passes at the public chunk length, as eval's builds
+    assert inspected["prompt"]["private_forward"].startswith("fixed public shapes")
 
 
 def test_build_with_private_selection_and_a_saved_selection(runner, tiny_llava_path, records_file, tmp_path):

@@ -215,6 +215,9 @@ def _write_artifact(loaded, config: DemoConfig, task: Task, public, out: Path) -
         shots_per_chunk=config.shots_per_chunk,
         batch_size=config.batch_size,
         progress=False,
+        # the public chunk length as the token budget, as eval's builds: fixed-shape passes of
+        # several chunks instead of one pass per chunk (about 3x faster; secure noise either way)
+        max_prompt_tokens=chunk_tokens(loaded.adapter, task, config.shots_per_chunk),
         head_selection={
             "method": PUBLIC_HEADS,
             "task": task.name,
