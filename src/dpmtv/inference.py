@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -50,19 +50,42 @@ def answer_queries(
     mode: PatchMode | str | None = None,
 ) -> list[str]:
     """Greedy zero-shot answers, with the vector applied when one is given."""
+    batches = encode_queries(loaded.adapter, queries, batch_size=batch_size)
+    return answer_encoded(loaded, batches, vector=vector, max_new_tokens=max_new_tokens, mode=mode)
+
+
+Inputs = Mapping[str, torch.Tensor]
+
+
+def encode_queries(adapter: ModelAdapter, queries: Sequence[Example], *, batch_size: int) -> list[Inputs]:
+    """The zero-shot prompts of ``queries``, encoded ``batch_size`` per batch: what
+    :func:`answer_encoded` answers. Encoding never reads the model, so one list can be answered
+    with several vectors (evaluation answers the same queries once per method)."""
+    return [
+        adapter.encode([zero_shot(query) for query in batch])
+        for batch in iter_batches(list(queries), batch_size)
+    ]
+
+
+def answer_encoded(
+    loaded: LoadedModel,
+    batches: Sequence[Inputs],
+    *,
+    vector: TaskVector | None = None,
+    max_new_tokens: int = 16,
+    mode: PatchMode | str | None = None,
+) -> list[str]:
+    """Greedy answers to encoded ``batches`` (:func:`encode_queries`), stripped, with the vector
+    applied when one is given."""
     if max_new_tokens < 1:
         raise ParameterError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     answers: list[str] = []
     patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
     with patched:
-        for batch in iter_batches(list(queries), batch_size):
-            prompts = [zero_shot(query) for query in batch]
-            answers.extend(_generate(loaded.adapter, prompts, max_new_tokens))
+        for inputs in batches:
+            texts = generate_encoded(loaded.adapter, inputs, max_new_tokens=max_new_tokens)
+            answers.extend(text.strip() for text in texts)
     return answers
-
-
-def _generate(adapter: ModelAdapter, prompts, max_new_tokens: int) -> list[str]:
-    return [text.strip() for text in generate_texts(adapter, prompts, max_new_tokens=max_new_tokens)]
 
 
 def greedy_new_tokens(
@@ -81,7 +104,11 @@ def greedy_new_tokens(
 
 def generate_texts(adapter: ModelAdapter, prompts, *, max_new_tokens: int) -> list[str]:
     """Greedy answers to ``prompts`` in one batch, decoded without special tokens (uncleaned)."""
-    inputs = adapter.encode(prompts)
+    return generate_encoded(adapter, adapter.encode(prompts), max_new_tokens=max_new_tokens)
+
+
+def generate_encoded(adapter: ModelAdapter, inputs: Inputs, *, max_new_tokens: int) -> list[str]:
+    """Greedy answers to one encoded batch, decoded without special tokens (uncleaned)."""
     tokenizer = adapter.tokenizer
     new_tokens = greedy_new_tokens(
         adapter.model, inputs, pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens

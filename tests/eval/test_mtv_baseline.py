@@ -25,11 +25,11 @@ def record_benchmark(tmp_path):
 def _mtv_vector(loaded, benchmark, l2_clip_norm, monkeypatch):
     captured = []
 
-    def answer_queries(loaded, queries, *, vector=None, **_):
+    def answer_encoded(loaded, batches, *, vector=None, **_):
         captured.append(vector)
-        return ["" for _ in queries]
+        return ["" for batch in batches for _ in batch["input_ids"]]
 
-    monkeypatch.setattr(dpmtv.eval.methods, "answer_queries", answer_queries)
+    monkeypatch.setattr(dpmtv.eval.methods, "answer_encoded", answer_encoded)
     settings = EvalSettings(
         methods=(MethodSpec("mtv"),), l2_clip_norm=(l2_clip_norm,), shots_per_chunk=2,
         allow_non_private=True, progress=False,

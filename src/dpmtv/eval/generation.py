@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import torch
 
 from dpmtv.data.records import Record
+from dpmtv.extract import iter_batches
 from dpmtv.inference import generate_texts
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
@@ -67,6 +70,39 @@ def generate_answers(
         answers.extend(_generate(loaded.adapter, batch, max_new_tokens))
         advance(len(batch))
     return answers
+
+
+def encoded_within_budget(
+    adapter: ModelAdapter, prompts: Sequence[Prompt], *, budget: int, batch_size: int
+) -> Iterator[tuple[dict[str, torch.Tensor], list[int]]]:
+    """``prompts`` in batches of ``batch_size``, each cut to ``budget`` tokens by
+    :func:`fit_demonstrations` (its leading demonstrations that fit) and encoded: per batch the
+    model inputs and each prompt's number of demonstrations kept.
+
+    A batch is encoded once when all its prompts fit, the common case: a row's length is its
+    attention mask's sum, the length of the prompt encoded alone. Only a batch with a longer prompt
+    is cut prompt by prompt and encoded again.
+
+    Raises:
+        ParameterError: a query alone exceeds the budget.
+    """
+    for batch in iter_batches(prompts, batch_size):
+        inputs = adapter.encode(batch)
+        mask = inputs.get("attention_mask")
+        lengths = (
+            mask.sum(dim=1).tolist() if mask is not None else [inputs["input_ids"].shape[1]] * len(batch)
+        )
+        if max(lengths) <= budget:
+            yield inputs, [len(prompt.demonstrations) for prompt in batch]
+            continue
+        kept = [
+            len(p.demonstrations)
+            if n <= budget
+            else fit_demonstrations(adapter, p.demonstrations, p.query, budget=budget)
+            for p, n in zip(batch, lengths, strict=True)
+        ]
+        fitted = [Prompt(p.demonstrations[:k], p.query) for p, k in zip(batch, kept, strict=True)]
+        yield adapter.encode(fitted), kept
 
 
 def _generate(adapter: ModelAdapter, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:

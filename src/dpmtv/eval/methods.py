@@ -48,12 +48,11 @@ from dpmtv.eval.generation import (
     clean_prediction,
     context_limit,
     derive_seed,
-    fit_demonstrations,
-    generate_answers,
+    encoded_within_budget,
 )
 from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
-from dpmtv.inference import answer_queries
+from dpmtv.inference import answer_encoded, encode_queries, generate_encoded
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import (
@@ -216,9 +215,18 @@ class MethodContext:
     progress: Callable[[str, int], Any]  # (description, total) -> context manager yielding advance
     examples: ExampleCache = field(default_factory=ExampleCache)
     dp_mtv_builds: dict[int, dict[float, Any]] = field(default_factory=dict)  # seed -> ε -> BuildResult
+    _query_batches: list | None = field(default=None, init=False, repr=False)
 
     def queries(self):
         return [self.examples(r, with_answer=False) for r in self.benchmark.test]
+
+    def query_batches(self) -> list:
+        """The test queries' zero-shot prompts, encoded once for every method that answers them
+        (zero-shot, MTV and DP-MTV at each ε and seed: the same inputs, bitwise)."""
+        if self._query_batches is None:
+            batch_size = self.settings.batch_size
+            self._query_batches = encode_queries(self.loaded.adapter, self.queries(), batch_size=batch_size)
+        return self._query_batches
 
 
 @dataclass(frozen=True)
@@ -229,9 +237,7 @@ class MethodOutput:
 
 def run_zero_shot(ctx: MethodContext) -> MethodOutput:
     s = ctx.settings
-    answers = answer_queries(
-        ctx.loaded, ctx.queries(), max_new_tokens=s.max_new_tokens, batch_size=s.batch_size
-    )
+    answers = answer_encoded(ctx.loaded, ctx.query_batches(), max_new_tokens=s.max_new_tokens)
     return MethodOutput(_clean(answers), {})
 
 
@@ -239,17 +245,20 @@ def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
     """K demonstrations per query, sampled without replacement (seeded), cut to fit the context."""
     s, train = ctx.settings, ctx.benchmark.train
     budget = context_limit(ctx.loaded, s.context_limit) - s.max_new_tokens
-    prompts, used = [], []
     picks = icl_demonstrations(len(train), len(ctx.benchmark.test), shots, seed)
-    for query, chosen in zip(ctx.queries(), picks, strict=True):
-        demos = [ctx.examples(train[int(i)], with_answer=True) for i in chosen]
-        k = fit_demonstrations(ctx.loaded.adapter, demos, query, budget=budget)
-        prompts.append(Prompt(tuple(demos[:k]), query))
-        used.append(k)
+    prompts = [
+        Prompt(tuple(ctx.examples(train[int(i)], with_answer=True) for i in chosen), query)
+        for query, chosen in zip(ctx.queries(), picks, strict=True)
+    ]
+    answers, used = [], []
     with ctx.progress(f"icl:{shots} seed {seed}", len(prompts)) as advance:
-        answers = generate_answers(
-            ctx.loaded, prompts, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, advance=advance
-        )
+        for inputs, kept in encoded_within_budget(
+            ctx.loaded.adapter, prompts, budget=budget, batch_size=s.batch_size
+        ):
+            texts = generate_encoded(ctx.loaded.adapter, inputs, max_new_tokens=s.max_new_tokens)
+            answers.extend(clean_prediction(text) for text in texts)
+            used.extend(kept)
+            advance(len(kept))
     return MethodOutput(answers, _shots_details(shots, used, budget))
 
 
@@ -277,9 +286,7 @@ def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
     outputs, with neither clipping nor noise, then answer with it."""
     s = ctx.settings
     vector, num_chunks = mtv_task_vector(ctx, seed)
-    answers = answer_queries(
-        ctx.loaded, ctx.queries(), vector=vector, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size
-    )
+    answers = answer_encoded(ctx.loaded, ctx.query_batches(), vector=vector, max_new_tokens=s.max_new_tokens)
     details = {"num_chunks": num_chunks, "shots_per_chunk": s.shots_per_chunk, "clipped": False}
     return MethodOutput(_clean(answers), {**details, "noise": "none (non-private)"})
 
@@ -361,12 +368,8 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
         )
         ctx.dp_mtv_builds[seed] = dict(zip(epsilons, builds, strict=True))
     result = ctx.dp_mtv_builds[seed].pop(epsilon)
-    answers = answer_queries(
-        ctx.loaded,
-        ctx.queries(),
-        vector=result.vector,
-        max_new_tokens=s.max_new_tokens,
-        batch_size=s.batch_size,
+    answers = answer_encoded(
+        ctx.loaded, ctx.query_batches(), vector=result.vector, max_new_tokens=s.max_new_tokens
     )
     return MethodOutput(_clean(answers), _build_details(result))
 
