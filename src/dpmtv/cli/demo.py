@@ -37,6 +37,12 @@ from dpmtv.cli._common import console, float_list
     "table (or complement) was trained; heads from the public selection on a public sample of it.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    help="Processes for the (task, seed) runs (default: one per core, at most 8; 0 or 1: this "
+    "process). The rows are the same for any number.",
+)
+@click.option(
     "--json-out",
     type=click.Path(path_type=Path),
     help="Also write per rule (or task): rule, trained, zero_shot, icl, mtv, dp_mtv, deciding, ceiling.",
@@ -51,6 +57,7 @@ def command(
     shared_heads,
     no_shot_curve,
     rules,
+    workers,
     json_out,
 ):
     """The paper's comparison on the packaged embedded model, a preset of `dpmtv eval` (each
@@ -78,7 +85,7 @@ def command(
         "rules": tuple(rules) or None,
     }
     config = replace(config, **{key: value for key, value in overrides.items() if value is not None})
-    summary = run_demo(out, quick=quick, console=console, config=config)
+    summary = run_demo(out, quick=quick, console=console, config=config, workers=workers)
     if json_out is not None:
         names = config.rules or config.tasks
         write_json_out(json_out, summary["per_task"], names)

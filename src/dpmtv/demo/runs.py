@@ -16,11 +16,13 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from dpmtv._progress import progress_bar
 from dpmtv.demo.config import DemoConfig, chunk_tokens, default_config, eval_settings
+from dpmtv.demo.parallel import collect, resolve_demo_workers, submit_runs
 from dpmtv.demo.recognition import per_task_table, run_ceiling
 from dpmtv.demo.report import print_summary, summarise_groups, write_outputs
 from dpmtv.embedded.generator import Task, get_task, rule_task
@@ -43,7 +45,12 @@ from dpmtv.pipeline.public_clip import public_clip_norms
 from dpmtv.selection import select_public
 
 
-def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | None = None) -> dict:
+def run_demo(
+    out: Path, *, quick: bool, console: Console, config: DemoConfig | None = None, workers: int | None = None
+) -> dict:
+    """Run the demo and write its outputs to ``out``; the (task, seed) runs in ``workers``
+    processes (None: one per core, :func:`dpmtv.demo.parallel.resolve_demo_workers`; the rows
+    are the same for any number)."""
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -52,22 +59,28 @@ def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | N
     tasks = demo_tasks(config)
     public = {name: _public_selection(loaded, task, config) for name, task in tasks.items()}
     ceilings = {name: run_ceiling(task, config.seeds, config.test_queries) for name, task in tasks.items()}
-    rows: list[dict] = []
-    shot_rows: list[dict] = []
-    releases: dict[str, dict] = {}
-    with progress_bar("demo: tasks × seeds", len(tasks) * len(config.seeds), enabled=True) as advance:
-        for seed in config.seeds:
-            for name, task in tasks.items():
-                run = _TaskRun(task, seed, ceilings[name], name in config.rules, *public[name])
-                benchmark = _benchmark(run, config)
-                task_rows, release = _task_rows(loaded, run, benchmark, config)
-                rows += task_rows
-                releases.setdefault(name, release)
-                if seed == config.seeds[0]:  # one seed: the 64-shot prompts dominate the run time
-                    shot_rows += _shot_curve_rows(loaded, run, benchmark, config)
-                advance(1)
+    units = [(seed, name) for seed in config.seeds for name in tasks]
+    workers = resolve_demo_workers(workers, len(units))
     first = next(iter(tasks))
-    artifact = _write_artifact(loaded, config, tasks[first], public[first], out)
+    with progress_bar("demo: tasks × seeds", len(units), enabled=True) as advance:
+        if workers == 1:
+            state = _DemoState(loaded, tasks, config, public, ceilings)
+            artifact = _write_artifact(loaded, config, tasks[first], public[first], out)
+            results = []
+            for unit in units:
+                results.append(_run_unit(state, unit))
+                advance(1)
+        else:
+            pool, futures = submit_runs(
+                "dpmtv.demo.runs:_worker_state", (config, public, ceilings), _run_unit, units, workers=workers
+            )
+            artifact = _write_artifact(loaded, config, tasks[first], public[first], out)  # meanwhile
+            results = collect(pool, futures, advance)
+    rows = [row for task_rows, _, _ in results for row in task_rows]
+    shot_rows = [row for _, _, unit_shots in results for row in unit_shots]
+    releases: dict[str, dict] = {}
+    for (_, name), (_, release, _) in zip(units, results, strict=True):
+        releases.setdefault(name, release)
     recognition = {name: recognition_record(tasks[name], c) for name, c in ceilings.items()}
     per_task = per_task_table(rows, shot_rows, recognition)
     summary = summarise_groups(rows, config)
@@ -77,6 +90,34 @@ def run_demo(out: Path, *, quick: bool, console: Console, config: DemoConfig | N
     num_chunks = config.records_per_task // config.shots_per_chunk
     print_summary(console, summary, config, releases, num_chunks, artifact, per_task)
     return {**summary, "per_task": per_task}
+
+
+@dataclass(frozen=True)
+class _DemoState:
+    """What every (task, seed) run reads: the model, the tasks, the config, the public
+    selections and the recognition ceilings (pooled over the run's seeds, computed once)."""
+
+    loaded: Any
+    tasks: dict[str, Task]
+    config: DemoConfig
+    public: dict[str, tuple[HeadSet, tuple[float, ...]]]
+    ceilings: dict[str, Ceiling]
+
+
+def _worker_state(config: DemoConfig, public: dict, ceilings: dict) -> _DemoState:
+    return _DemoState(load_model("embedded"), demo_tasks(config), config, public, ceilings)
+
+
+def _run_unit(state: _DemoState, unit: tuple[int, str]) -> tuple[list[dict], dict, list[dict]]:
+    """One (seed, task): its rows, its release and, for the first seed, its shot-curve rows."""
+    seed, name = unit
+    config, task = state.config, state.tasks[name]
+    run = _TaskRun(task, seed, state.ceilings[name], name in config.rules, *state.public[name])
+    benchmark = _benchmark(run, config)
+    task_rows, release = _task_rows(state.loaded, run, benchmark, config)
+    # one seed for the shot curve: the 64-shot prompts dominate the run time
+    shot_rows = _shot_curve_rows(state.loaded, run, benchmark, config) if seed == config.seeds[0] else []
+    return task_rows, release, shot_rows
 
 
 def demo_tasks(config: DemoConfig) -> dict[str, Task]:
