@@ -114,3 +114,48 @@ def test_eval_extracts_once_per_seed_and_answers_as_per_epsilon_builds(
 
         assert run.predictions == _clean(answers)
         assert run.details["noise_std"] == alone.vector.metadata.privacy.noise_std
+
+
+def test_mtv_is_the_plain_mean_of_dp_mtvs_chunks_from_the_same_extraction(
+    tiny_llava, tmp_path, counted_extractions
+):
+    from dpmtv.eval.methods import mtv_task_vector
+    from dpmtv.extract import mean_selected_heads
+    from dpmtv.pipeline.partition import ChunkPrompts
+    from dpmtv.pipeline.plan import plan_layout
+
+    benchmark = load_record_files(
+        write_records(tmp_path / "private", 10), write_records(tmp_path / "queries", 2, seed=1), LoadOptions()
+    )
+    settings = EvalSettings(
+        methods=(MethodSpec("mtv"), MethodSpec("dp-mtv")),
+        epsilons=(1.0,),
+        seeds=(3,),
+        l2_clip_norm=(1e-3,),  # far below the chunks' norms: DP-MTV clips, MTV must not
+        shots_per_chunk=4,
+        max_new_tokens=2,
+        queries_repeats=1,
+        allow_non_private=True,
+        progress=False,
+    )
+    heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
+    ctx = MethodContext(tiny_llava, benchmark, settings, heads, "layers:0-1", None)
+    vector, num_chunks = mtv_task_vector(ctx, 3)
+    assert num_chunks == 10 // 4 and len(counted_extractions) == 1
+    assert set(ctx.dp_mtv_builds[3]) == {1.0}  # DP-MTV's release came from that extraction
+
+    # independently: the build's public partition, each chunk prompt alone, averaged unclipped
+    build = _dp_mtv_settings(ctx, 3)
+    layout = plan_layout(tiny_llava, benchmark.train, heads, build)
+    prompts = ChunkPrompts(
+        benchmark.train,
+        layout.release_part,
+        shots_per_chunk=4,
+        query=build.query_source,
+        query_question=build.query_question,
+    )
+    means = mean_selected_heads(tiny_llava.adapter, list(prompts), heads, batch_size=1)
+    expected = np.concatenate([means[layer].reshape(-1, vector.values.shape[1]) for layer in heads.layers])
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(vector.values, expected, rtol=0, atol=1e-5 * scale)
+    assert float(np.linalg.norm(vector.values)) > 100 * 1e-3  # not clipped to C

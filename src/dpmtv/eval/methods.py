@@ -50,19 +50,17 @@ from dpmtv.eval.generation import (
     derive_seed,
     encoded_within_budget,
 )
-from dpmtv.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.inference import answer_encoded, encode_queries, generate_encoded
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import (
-    DEFAULT_QUERY_QUESTION,
     BuildSettings,
-    build_task_vectors_for_epsilons,
+    seeded_builds,
 )
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import event_to_json
-from dpmtv.prompts import Prompt, chunk_prompt
+from dpmtv.prompts import Prompt
 from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
@@ -215,6 +213,7 @@ class MethodContext:
     progress: Callable[[str, int], Any]  # (description, total) -> context manager yielding advance
     examples: ExampleCache = field(default_factory=ExampleCache)
     dp_mtv_builds: dict[int, dict[float, Any]] = field(default_factory=dict)  # seed -> ε -> BuildResult
+    mtv_means: dict[int, tuple[dict[int, np.ndarray], int]] = field(default_factory=dict)  # seed -> (mean, m)
     _query_batches: list | None = field(default=None, init=False, repr=False)
 
     def queries(self):
@@ -292,24 +291,34 @@ def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
 
 
 def mtv_task_vector(ctx: MethodContext, seed: int) -> tuple[TaskVector, int]:
-    """The MTV vector and its number of chunks: the train pool shuffled (seeded), cut into
-    ``floor(N/s)`` chunks of ``s`` records, each a many-shot prompt; the mean of the heads'
-    outputs over the chunks. Labelled non-private (ε = ∞, no noise, no clip norm)."""
-    s, train, heads = ctx.settings, ctx.benchmark.train, _vector_heads(ctx)
-    order = np.random.default_rng(derive_seed(seed, "mtv")).permutation(len(train))
-    num_chunks = len(train) // s.shots_per_chunk
-    if num_chunks < 1:
-        raise ParameterError(f"mtv needs at least {s.shots_per_chunk} train records, got {len(train)}")
-    chunks = order[: num_chunks * s.shots_per_chunk].reshape(num_chunks, s.shots_per_chunk)
-    prompts = [
-        chunk_prompt([train[int(i)] for i in chunk], query="record", query_question=DEFAULT_QUERY_QUESTION)
-        for chunk in chunks
-    ]
-    means = mean_selected_heads(ctx.loaded.adapter, prompts, heads, batch_size=s.batch_size)
+    """The MTV vector and its number of chunks: the mean of the heads' outputs over the chunks of
+    the seed's DP-MTV partition (``floor(N/s)`` chunks of ``s`` records, each a many-shot prompt),
+    neither clipped nor noised, from the same extraction as DP-MTV's releases
+    (:func:`dpmtv.pipeline.build.seeded_builds`): MTV and DP-MTV differ by the clip and the noise
+    alone. Labelled non-private (ε = ∞, no noise, no clip norm)."""
+    heads = _vector_heads(ctx)
+    means, num_chunks = _seeded_builds(ctx, seed)[1]
     head_dim = ctx.loaded.adapter.geometry.head_dim
     rows = np.concatenate([means[layer].reshape(-1, head_dim) for layer in heads.layers])  # (K, d)
     metadata = _mtv_metadata(ctx, heads, num_chunks)
     return TaskVector(heads=heads, values=rows.astype(np.float32), metadata=metadata), num_chunks
+
+
+def _seeded_builds(
+    ctx: MethodContext, seed: int
+) -> tuple[dict[float, Any], tuple[dict[int, np.ndarray], int]]:
+    """The seed's DP-MTV releases (by ε; each taken once) and MTV's plain mean, from one
+    extraction, computed at the first method that needs them."""
+    if seed not in ctx.dp_mtv_builds:
+        dp = any(spec.kind == "dp-mtv" for spec in ctx.settings.methods)
+        epsilons = ctx.settings.evaluated_epsilons if dp else []
+        train = ctx.benchmark.train
+        builds = seeded_builds(
+            ctx.loaded, train, _vector_heads(ctx), _dp_mtv_settings(ctx, seed), epsilons=epsilons
+        )
+        ctx.dp_mtv_builds[seed] = dict(zip(epsilons, builds.releases, strict=True))
+        ctx.mtv_means[seed] = (builds.plain_mean, builds.num_chunks)
+    return ctx.dp_mtv_builds[seed], ctx.mtv_means[seed]
 
 
 def _mtv_metadata(ctx: MethodContext, heads: HeadSet, num_chunks: int) -> ArtifactMetadata:
@@ -354,20 +363,11 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     The build seed depends on the run seed only, so at one seed every ε shares the partition
     and the standard-normal noise direction (common random numbers across ε). The chunks of a
     seed are therefore extracted once, at its first ε, and released at every evaluated ε
-    (:func:`dpmtv.pipeline.build.build_task_vectors_for_epsilons`, as the demo does). Seeded noise makes
-    these builds experiments at the σ of (ε, δ), not private releases."""
+    (:func:`dpmtv.pipeline.build.seeded_builds`, as the demo does; MTV's plain mean comes from the
+    same extraction). Seeded noise makes these builds experiments at the σ of (ε, δ), not private
+    releases."""
     s = ctx.settings
-    if seed not in ctx.dp_mtv_builds:
-        epsilons = s.evaluated_epsilons
-        builds = build_task_vectors_for_epsilons(
-            ctx.loaded,
-            ctx.benchmark.train,
-            _vector_heads(ctx),
-            _dp_mtv_settings(ctx, seed),
-            epsilons=epsilons,
-        )
-        ctx.dp_mtv_builds[seed] = dict(zip(epsilons, builds, strict=True))
-    result = ctx.dp_mtv_builds[seed].pop(epsilon)
+    result = _seeded_builds(ctx, seed)[0].pop(epsilon)
     answers = answer_encoded(
         ctx.loaded, ctx.query_batches(), vector=result.vector, max_new_tokens=s.max_new_tokens
     )

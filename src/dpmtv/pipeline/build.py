@@ -58,7 +58,7 @@ from dpmtv.pipeline.settings import (
     PrivateSelectionSettings,
     QueryKind,
 )
-from dpmtv.pipeline.tasks import sum_clipped_chunks
+from dpmtv.pipeline.tasks import CenteredRows, ChunkJob, clipped_sum_of_rows
 from dpmtv.pipeline.validation import validate_build_inputs
 from dpmtv.privacy import ClippedSumAccumulator, make_sampler, validate_epsilon_delta
 from dpmtv.privacy.disjoint import ChargedEvent
@@ -74,9 +74,11 @@ __all__ = [
     "Centering",
     "PrivateSelectionSettings",
     "QueryKind",
+    "SeededBuilds",
     "build_task_vector",
     "build_task_vectors_for_epsilons",
     "reference_activations",
+    "seeded_builds",
 ]
 
 
@@ -200,12 +202,42 @@ def build_task_vectors_for_epsilons(
     *,
     epsilons: Sequence[float],
 ) -> list[BuildResult]:
-    """EXPERIMENTS ONLY (seeded noise): the build at each ε of ``epsilons`` from ONE extraction.
+    """EXPERIMENTS ONLY (seeded noise): the build at each ε of ``epsilons`` from ONE extraction
+    (:func:`seeded_builds`' releases)."""
+    return seeded_builds(loaded, records, heads, settings, epsilons=epsilons).releases
 
-    Result ``i`` is what :func:`build_task_vector` returns for ``replace(settings,
+
+@dataclass(frozen=True)
+class SeededBuilds:
+    """EXPERIMENTS ONLY: what :func:`seeded_builds` computes from one extraction.
+
+    ``releases[i]`` is the seeded build at ``epsilons[i]``; ``plain_mean`` is MTV's vector on the
+    same chunks, per layer ``(k_l*d,)``: the mean of the heads' outputs, neither clipped nor
+    noised — a NON-PRIVATE reference for evaluations, never written by the library."""
+
+    releases: list[BuildResult]
+    plain_mean: dict[int, np.ndarray]
+    num_chunks: int  # the chunks in the mean (non-empty ones)
+
+
+def seeded_builds(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet,
+    settings: BuildSettings,
+    *,
+    epsilons: Sequence[float],
+) -> SeededBuilds:
+    """EXPERIMENTS ONLY (seeded noise): the build at each ε of ``epsilons`` and MTV's plain mean,
+    all from ONE extraction of the seeded partition's chunks.
+
+    Release ``i`` is what :func:`build_task_vector` returns for ``replace(settings,
     epsilon=epsilons[i])`` (nothing written): the seed fixes the partition and the noise draws, so
     only σ differs — but the chunks go through the model once instead of once per ε (as the demo
     does). Releasing one dataset at several ε composes; that is why the seeded mode is required.
+    The chunks' centered rows are held in memory (:class:`~dpmtv.pipeline.tasks.CenteredRows`),
+    clipped and summed in chunk order as a build sums them, and averaged unclipped, the reference
+    added back, for the plain mean: MTV and DP-MTV then differ by the clip and the noise alone.
     """
     if (
         settings.insecure_seed is None
@@ -223,13 +255,18 @@ def build_task_vectors_for_epsilons(
     settings = _with_prompt_budget(loaded, settings)
     layout = plan_layout(loaded, records, heads, settings)
     reference = reference_activations(loaded, heads, settings)
-    sums = sum_clipped_chunks(
-        loaded, records, layout.release_part, heads, settings, reference, layout.l2_clip_norms
-    )
-    return [
+    task = CenteredRows(ChunkJob(heads, settings, reference, l2_clip_norms={}))
+    rows = LocalExecutor().run(loaded, records, layout.release_part, task, progress=settings.progress)
+    num_chunks = len(rows[heads.layers[0]])
+    if num_chunks == 0:
+        raise ParameterError("no chunk prompt fits the token budget: nothing to average or release")
+    sums = clipped_sum_of_rows(rows, heads.layers, layout.l2_clip_norms)
+    plain_mean = {layer: rows[layer].mean(axis=0) + reference[layer] for layer in heads.layers}
+    releases = [
         _release_from_sums(loaded, heads, replace(settings, epsilon=e), layout, reference, sums)
         for e in epsilons
     ]
+    return SeededBuilds(releases, plain_mean, num_chunks)
 
 
 def _release_from_sums(

@@ -28,11 +28,10 @@ from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.reference import PublicReference
 from dpmtv.pipeline.settings import BuildSettings, PrivateClipSettings
-from dpmtv.pipeline.tasks import CenteredRows, ChunkJob
+from dpmtv.pipeline.tasks import CenteredRows, ChunkJob, clipped_sum_of_rows
 from dpmtv.privacy import (
     ClippedSumAccumulator,
     Partition,
-    clip_l2_per_layer,
     derive_insecure_seed,
     seeded_rng,
 )
@@ -87,15 +86,7 @@ def private_clip_sums(
     rows = (executor or LocalExecutor()).run(loaded, records, partition, task, progress=settings.progress)
     charge()  # before the clip's noise, the build's first draw on the release chunks
     choice = _choose(rows, heads, scales, clip, settings, epsilon)
-    clip_norms = choice.l2_clip_norms
-    accumulator = ClippedSumAccumulator({layer: rows[layer].shape[1] for layer in heads.layers})
-    for j in range(len(rows[heads.layers[0]])):
-        accumulator.add(
-            clip_l2_per_layer(
-                {layer: rows[layer][j : j + 1] for layer in heads.layers}, l2_clip_norms=clip_norms
-            )
-        )
-    return choice, accumulator
+    return choice, clipped_sum_of_rows(rows, heads.layers, choice.l2_clip_norms)
 
 
 def _choose(

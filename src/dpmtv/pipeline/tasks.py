@@ -43,6 +43,7 @@ __all__ = [
     "ChunkJob",
     "ClippedRows",
     "ClippedSum",
+    "clipped_sum_of_rows",
     "iter_centered_chunks",
     "iter_clipped_chunks",
     "sum_clipped_chunks",
@@ -275,3 +276,18 @@ def sum_clipped_chunks(
         loaded, records, partition, task, progress=settings.progress
     )
     return total
+
+
+def clipped_sum_of_rows(
+    rows: dict[int, np.ndarray], layers: Sequence[int], l2_clip_norms: dict[int, float]
+) -> ClippedSumAccumulator:
+    """:class:`CenteredRows`' rows clipped chunk by chunk at ``l2_clip_norms`` and summed in chunk
+    order: the sum :class:`ClippedSum` accumulates from the same chunks (un-noised)."""
+    accumulator = ClippedSumAccumulator({layer: rows[layer].shape[1] for layer in layers})
+    for j in range(len(rows[layers[0]])):
+        accumulator.add(
+            clip_l2_per_layer(
+                {layer: rows[layer][j : j + 1] for layer in layers}, l2_clip_norms=l2_clip_norms
+            )
+        )
+    return accumulator
