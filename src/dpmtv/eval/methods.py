@@ -298,6 +298,8 @@ def mtv_task_vector(ctx: MethodContext, seed: int) -> tuple[TaskVector, int]:
     alone. Labelled non-private (ε = ∞, no noise, no clip norm)."""
     heads = _vector_heads(ctx)
     means, num_chunks = _seeded_builds(ctx, seed)[1]
+    if not means:
+        raise ParameterError("mtv: no chunk prompt fits the token budget, so there is nothing to average")
     head_dim = ctx.loaded.adapter.geometry.head_dim
     rows = np.concatenate([means[layer].reshape(-1, head_dim) for layer in heads.layers])  # (K, d)
     metadata = _mtv_metadata(ctx, heads, num_chunks)

@@ -216,7 +216,7 @@ class SeededBuilds:
     noised — a NON-PRIVATE reference for evaluations, never written by the library."""
 
     releases: list[BuildResult]
-    plain_mean: dict[int, np.ndarray]
+    plain_mean: dict[int, np.ndarray]  # empty when no chunk is non-empty
     num_chunks: int  # the chunks in the mean (non-empty ones)
 
 
@@ -257,11 +257,11 @@ def seeded_builds(
     reference = reference_activations(loaded, heads, settings)
     task = CenteredRows(ChunkJob(heads, settings, reference, l2_clip_norms={}))
     rows = LocalExecutor().run(loaded, records, layout.release_part, task, progress=settings.progress)
-    num_chunks = len(rows[heads.layers[0]])
-    if num_chunks == 0:
-        raise ParameterError("no chunk prompt fits the token budget: nothing to average or release")
+    num_chunks = len(rows[heads.layers[0]])  # the releases go on when it is 0, as builds do
     sums = clipped_sum_of_rows(rows, heads.layers, layout.l2_clip_norms)
-    plain_mean = {layer: rows[layer].mean(axis=0) + reference[layer] for layer in heads.layers}
+    plain_mean = (
+        {layer: rows[layer].mean(axis=0) + reference[layer] for layer in heads.layers} if num_chunks else {}
+    )
     releases = [
         _release_from_sums(loaded, heads, replace(settings, epsilon=e), layout, reference, sums)
         for e in epsilons
