@@ -74,7 +74,11 @@ def run_demo(
             pool, futures = submit_runs(
                 "dpmtv.demo.runs:_worker_state", (config, public, ceilings), _run_unit, units, workers=workers
             )
-            artifact = _write_artifact(loaded, config, tasks[first], public[first], out)  # meanwhile
+            try:
+                artifact = _write_artifact(loaded, config, tasks[first], public[first], out)  # meanwhile
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # the error now, not after every run
+                raise
             results = collect(pool, futures, advance)
     rows = [row for task_rows, _, _ in results for row in task_rows]
     shot_rows = [row for _, _, unit_shots in results for row in unit_shots]
