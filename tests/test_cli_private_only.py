@@ -105,14 +105,19 @@ def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
         d = document["head_selection"]["details"]
         d["candidates"] = [[pair] for pair in metadata.heads[:1]] * len(d["candidates"])
 
-    # fewer_layers forges the claim only when the chosen set has several heads: a one-head choice
-    # is then still "the chosen candidate", its Δ unchanged (the noisy choice is unseeded)
-    edits = (
-        (other_candidate, two_rounds, fewer_layers)
-        if len(metadata.heads) > 1
-        else (other_candidate, two_rounds)
-    )
-    for edit in edits:
+    def one_candidate_less(document):
+        # every number the sensitivity rests on unchanged (the full-pool set stays in the list):
+        # only re-deriving the public list from its kind and pool can tell
+        d = document["head_selection"]["details"]
+        drop = 0 if d["chosen"] == len(d["candidates"]) - 1 else len(d["candidates"]) - 1
+        del d["candidates"][drop], d["release_noise_std"][drop]
+        d["chosen"] -= int(drop < d["chosen"])
+
+    def smaller_pool(document):
+        d = document["head_selection"]["details"]
+        d["pool"] = metadata.heads
+
+    for edit in (other_candidate, two_rounds, fewer_layers, one_candidate_less, smaller_pool):
         forged = _edited(out, tmp_path / f"{edit.__name__}.safetensors", edit, rehash=True)
         with pytest.raises(
             ArtifactIntegrityError, match=r"privacy\.(accounting_events|sensitivity_l2_clip_norm)"

@@ -31,7 +31,9 @@ from typing import Any
 
 import dp_accounting
 
+from dpmtv.candidate_lists import CANDIDATE_LISTS, candidate_head_sets
 from dpmtv.errors import ArtifactIntegrityError, DpmtvError
+from dpmtv.heads import HeadSet
 from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, clip_multiplier_event, clip_norm_candidates
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
@@ -74,7 +76,8 @@ class _Claim:
         self.candidates = head_selection.get("method") == PRIVATE_CANDIDATES_METHOD
 
     def chosen_candidate(self, heads: list[list[int]] | None) -> None:
-        """A candidate choice released one of its recorded public candidates, the chosen one."""
+        """A candidate choice released one of its recorded candidates, the chosen one, and those
+        are the public list of the recorded kind over the recorded pool (re-derived here)."""
         if not self.candidates:
             return
         d = self.selection or {}
@@ -87,6 +90,20 @@ class _Claim:
             or (heads is not None and [list(p) for p in heads] != candidates[chosen])
         ):
             self.refuse("accounting_events", "rests on a candidate choice that did not choose the heads")
+        if candidates != self.public_candidates(d.get("candidate_list"), d.get("pool")):
+            self.refuse(
+                "accounting_events",
+                "rests on a candidate list that is not the public list of its recorded kind "
+                "(head_selection.details.candidate_list) over its recorded pool (details.pool)",
+            )
+
+    def public_candidates(self, kind: Any, pool: Any) -> list[list[list[int]]] | None:
+        if kind not in CANDIDATE_LISTS or not isinstance(pool, list):
+            return None
+        try:
+            return [c.to_json() for c in candidate_head_sets(kind, HeadSet.of(map(tuple, pool)))]
+        except (DpmtvError, TypeError, ValueError):
+            return None
 
     def max_selected_layers(self) -> Any:
         """How many layers a private selection's heads may occupy: k for the votes' top-k, the

@@ -175,6 +175,8 @@ def candidate_task(
     seed = settings.insecure_seed
     return CandidateUtilities(
         candidates=candidates,
+        candidate_list=chosen.candidates,
+        pool=pool,
         utility=chosen.utility,
         max_prompt_tokens=settings.max_prompt_tokens,
         shots_per_chunk=settings.shots_per_chunk,

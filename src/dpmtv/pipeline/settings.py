@@ -89,7 +89,8 @@ class PrivateSelectionSettings:
             )
         allowed = {
             "method": ("votes", "candidates"),
-            # dpmtv.selection.candidates.CANDIDATE_LISTS / CANDIDATE_UTILITIES (a test keeps them equal)
+            # dpmtv.candidate_lists.CANDIDATE_LISTS, dpmtv.selection.candidates.CANDIDATE_UTILITIES
+            # (a test keeps them equal)
             "candidates": ("layer-subsets", "layer-blocks", "layer-groups"),
             "utility": ("correct", "probability", "noisy-correct", "noisy-probability"),
         }

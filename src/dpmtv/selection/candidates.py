@@ -1,10 +1,10 @@
 r"""Private head selection among a small PUBLIC list of candidate head sets (issue 28):
 ``--private-selection candidates``.
 
-Candidates (:func:`candidate_head_sets`) come from public architecture facts only: the model's
-geometry and the public pool, never from data. ``layer-subsets``: all pool heads of each non-empty
-subset of the pool's layers (``2^L − 1`` sets; at most :data:`MAX_LAYER_SUBSETS`);
-``layer-blocks``: all pool heads of each contiguous block of layers (``L(L+1)/2``).
+Candidates (:func:`dpmtv.candidate_lists.candidate_head_sets`: ``layer-subsets``, ``layer-blocks``,
+``layer-groups``) come from public architecture facts only: the model's geometry and the public pool,
+never from data. The artifact records the list's kind and pool with the list, so loading it
+re-derives the list (:mod:`dpmtv._artifact_claim`).
 
 The utility of candidate ``S`` for chunk ``j`` (:func:`chunk_candidate_utilities`): chunk ``j``'s
 records ``r_1..r_s`` form the build's many-shot prompt (``r_s``'s question as the query); the
@@ -19,10 +19,6 @@ last-token outputs ``a_j`` of every head of that prompt are the chunk's own mean
   seeded by a public seed and chunk ``j``'s public id only. A large candidate carries more signal
   but (per-layer clipping: more heads in a layer, a larger ``C_l``) more noise per head; this
   utility scores what the release would actually give.
-
-``layer-groups`` adds smaller sets to ``layer-subsets``: for every layer subset, each half and each
-quarter of every layer's pool heads by position (the same part in each layer of the subset;
-``np.array_split``, repeats dropped; 105 sets for 4 layers of 8 heads): public index facts only.
 
 Sensitivity. ``u_j ∈ [0, 1]^n`` is a function of chunk ``j``'s records alone (and the public model
 and candidates), and a neighbouring dataset changes one chunk (replace-one: the changed record's
@@ -44,7 +40,6 @@ release by dp-accounting's PLD accountant, as for the head votes. Only the chose
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +50,7 @@ import numpy as np
 import torch
 
 from dpmtv._artifact_claim import PRIVATE_CANDIDATES_METHOD
+from dpmtv.candidate_lists import CANDIDATE_LISTS, candidate_head_sets
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.executor import Executor, LocalExecutor
@@ -78,53 +74,7 @@ __all__ = [
     "select_private_candidates",
 ]
 
-CANDIDATE_LISTS = ("layer-subsets", "layer-blocks", "layer-groups")
 CANDIDATE_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
-MAX_CANDIDATES = 1024  # one forward row per candidate per chunk
-MAX_LAYER_SUBSETS = 255  # 2^8 − 1: beyond 8 pool layers use layer-blocks
-
-
-def candidate_head_sets(kind: str, pool: HeadSet) -> list[HeadSet]:
-    """The public candidate list ``kind`` over ``pool`` (module docstring), in a fixed order."""
-    layers = list(pool.layers)
-    if kind == "layer-subsets":
-        if 2 ** len(layers) - 1 > MAX_LAYER_SUBSETS:
-            raise ParameterError(
-                f"layer-subsets of {len(layers)} pool layers is {2 ** len(layers) - 1} candidates (at most "
-                f"{MAX_LAYER_SUBSETS}); use --selection-candidates layer-blocks or a smaller --select-pool"
-            )
-        groups = [c for r in range(1, len(layers) + 1) for c in itertools.combinations(layers, r)]
-    elif kind == "layer-blocks":
-        groups = [tuple(layers[i:j]) for i in range(len(layers)) for j in range(i + 1, len(layers) + 1)]
-    elif kind == "layer-groups":
-        return _layer_groups(pool)
-    else:
-        raise ParameterError(
-            f"--selection-candidates must be one of {', '.join(CANDIDATE_LISTS)}, got {kind!r}"
-        )
-    return [HeadSet.of((layer, head) for layer in group for head in pool.heads_in(layer)) for group in groups]
-
-
-def _layer_groups(pool: HeadSet) -> list[HeadSet]:
-    """For every layer subset: all its pool heads, then each half, then each quarter of every
-    layer's pool heads by position (``np.array_split``; the same part in every layer of the
-    subset), repeats dropped: smaller sets whose release noise is smaller (module docstring)."""
-    out: list[HeadSet] = []
-    seen: set[tuple[tuple[int, int], ...]] = set()
-    for parts in (1, 2, 4):
-        for subset in candidate_head_sets("layer-subsets", pool):
-            for part in range(parts):
-                pairs = [
-                    (layer, int(h))
-                    for layer in subset.layers
-                    for h in np.array_split(np.asarray(pool.heads_in(layer)), parts)[part]
-                ]
-                if pairs and tuple(sorted(pairs)) not in seen:
-                    seen.add(tuple(sorted(pairs)))
-                    out.append(HeadSet.of(pairs))
-    if len(out) > MAX_CANDIDATES:
-        raise ParameterError(f"layer-groups of this pool is {len(out)} candidates (at most {MAX_CANDIDATES})")
-    return out
 
 
 def _candidate_utility(
@@ -222,6 +172,10 @@ class CandidateUtilities:
     # public seed of the chunks' noise (dpmtv.pipeline.selection_noise; module docstring)
     noise_std: tuple[float, ...] | None = None
     noise_seed: int = 0
+    # where ``candidates`` come from (candidate_head_sets(candidate_list, pool)): recorded with
+    # them so that loading the artifact re-derives the list; a build always gives both
+    candidate_list: str | None = None
+    pool: HeadSet | None = None
     description: ClassVar[str] = "private candidate utilities"
 
     def run(
@@ -302,6 +256,8 @@ def select_private_candidates(
         seconds=time.perf_counter() - started,
         details={
             "candidates": [c.to_json() for c in task.candidates],
+            **({} if task.candidate_list is None else {"candidate_list": task.candidate_list}),
+            **({} if task.pool is None else {"pool": task.pool.to_json()}),
             "utility": task.utility,
             **({} if task.noise_std is None else {"release_noise_std": list(task.noise_std)}),
             "chosen": int(picked),
