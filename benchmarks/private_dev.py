@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +44,11 @@ def dev_task_names() -> list[str]:
     return names
 
 
-def _selection_script():
+def selection_script():
     path = Path(__file__).resolve().parent.parent / "scripts" / "select_embedded_heads.py"
     spec = importlib.util.spec_from_file_location("select_embedded_heads", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -60,16 +62,15 @@ def dev_public_defaults(loaded) -> dict:
     missing = [n for n in names if n not in cached["per_task"]]
     if missing:
         from dpmtv.embedded.generator import get_task
-        from dpmtv.embedded.suite import PUBLIC_SEED, task_records
+        from dpmtv.embedded.suite import PUBLIC_SEED
 
-        script = _selection_script()
+        script = selection_script()
         adapter, rng = loaded.adapter, np.random.default_rng(PUBLIC_SEED)
         for name in missing:
             task = get_task(name)
-            rows = {name: script.public_chunk_rows(adapter, task, PUBLIC_SEED)}
-            dev = {name: task_records(task, script.DEV_QUERIES, seed=PUBLIC_SEED, split="public-dev")}
-            val = {name: task_records(task, script.VAL_QUERIES, seed=PUBLIC_SEED, split="public-val")}
-            chosen = script.select(adapter, rows, dev, val, rng)
+            chosen = script.select_for_task(
+                adapter, task, PUBLIC_SEED, rng, deciding_weight=script.DECIDING_WEIGHT
+            )
             cached["per_task"][name] = {k: chosen[k] for k in ("heads", "l2_clip_norm")}
             CACHE.parent.mkdir(parents=True, exist_ok=True)
             tmp = CACHE.with_suffix(".tmp")

@@ -1,21 +1,23 @@
 """Select the embedded model's default head sets and clip norms on PUBLIC data (no privacy cost).
 
 Run once over the suite's *seen* tasks (the shared, generic set: for a held-out task these are
-heads chosen on other tasks) and once per task (the paper's public variant: the task's own small
-public sample — 32 chunks of 8 = 256 examples for the mean, 24 dev and 48 validation queries, 328
-examples in all, generated from a seed disjoint from every private and test split). Each run:
-greedy forward selection (add the head whose patching most raises the mean log-probability of
-the correct first answer token over the tasks' public dev queries, each task patched with its own
-public mean); then the greedy prefixes compete with blocks of whole layers and all heads on a
-separate public validation set.
+heads chosen on other tasks) and once per task, label maps included (the paper's public variant:
+the task's own small public sample — 32 chunks of 8 = 256 examples for the mean, 24 dev and 48
+validation queries, 328 examples in all, generated from a seed disjoint from every private and
+test split). Each run: greedy forward selection (add the head whose patching most raises the
+mean log-probability of the correct first answer token over the tasks' public dev queries, each
+task patched with its own public mean); then the greedy prefixes compete with blocks of whole
+layers and all heads on a separate public validation set.
 Candidates are scored as they will be used: the public mean, clipped and noised as DP-MTV at
 ε = 1 would be for the demo's configuration (N = 2048, s = 8), averaged over a few noise draws —
 fewer heads mean less noise per coordinate, so the noiseless winner is not always the private
 one. Both scores are recorded. The per-layer L2 clip norm is the median norm of the selected
-heads' public chunk vectors.
+heads' public chunk vectors. With ``--deciding-weight W`` > 0, up to 24 more public dev and
+validation queries in the task's deciding cells carry W of every score (0: chosen on the dev set
+of ``benchmarks/embedded_selection_dev.py``, where it traded all-query for deciding-cell accuracy).
 
 Writes ``dpmtv_defaults.json`` into the checkpoint folder; it ships with the model.
-Usage: python scripts/select_embedded_heads.py [--checkpoint DIR] [--seed 1000003]
+Usage: python scripts/select_embedded_heads.py [--checkpoint DIR] [--seed 1000003] [--deciding-weight 0]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +34,11 @@ from rich.progress import track
 
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import task_suite
+from dpmtv.embedded.recognition import recognition_ceiling
 from dpmtv.embedded.suite import (
     PUBLIC_SEED,
     first_token_correct,
+    task_codes,
     task_records,
 )
 from dpmtv.extract import extract_selected_heads
@@ -43,6 +48,9 @@ from dpmtv.models.loading import load_model
 from dpmtv.prompts import chunk_prompt, zero_shot_prompts
 
 SHOTS, PUBLIC_CHUNKS, DEV_QUERIES, VAL_QUERIES = 8, 32, 24, 48
+DECIDING_QUERIES = 24  # extra public dev and val queries each, in the task's deciding cells
+DECIDING_WEIGHT = 0.0  # chosen on the dev tasks of benchmarks/embedded_selection_dev.py
+DECIDING_POOL = 4096  # public queries drawn to find the deciding cells and those queries
 DEMO_CHUNKS = 2048 // SHOTS
 SIGMA_AT_EPS1 = 4.05  # noise multiplier at (1, 1e-5) with the OpenDP sampler's own map (≥ 3.73)
 NOISE_DRAWS = 3
@@ -75,8 +83,43 @@ def public_chunk_rows(adapter, task, seed) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def candidate_scores(adapter, mean, queries, candidates: list[torch.Tensor]) -> np.ndarray:
-    """Mean log-prob of the correct first token per candidate mask (L, H), all in one batch."""
+@dataclass(frozen=True)
+class Queries:
+    """Public queries of one task and their weights in a score (summing to 1)."""
+
+    records: list
+    weights: np.ndarray
+
+
+def public_queries(task, seed: int, split: str, count: int, deciding_weight: float) -> Queries:
+    """``count`` public queries of ``split``, plus, with ``deciding_weight`` > 0, up to
+    :data:`DECIDING_QUERIES` public queries in the task's deciding cells (where the closest
+    trained table answers wrong, found on a large public sample of the query distribution) that
+    carry ``deciding_weight`` of the score: there the demonstrations, not recognition, must
+    decide (issue 24, item 3). Tasks without deciding cells (trained ones) keep uniform weights."""
+    records = task_records(task, count, seed=seed, split=split)
+    weights = np.full(count, 1.0 / count)
+    if deciding_weight <= 0:
+        return Queries(records, weights)
+    codes = task_codes(task, DECIDING_POOL, seed=seed, split="public-deciding")
+    ceiling = recognition_ceiling(task, codes)
+    picked = np.flatnonzero(ceiling.deciding_queries)
+    half = 0 if split == "public-dev" else 1  # disjoint dev and val queries from the one pool
+    picked = picked[half::2][:DECIDING_QUERIES]
+    if len(picked) == 0:
+        return Queries(records, weights)
+    pool = task_records(task, DECIDING_POOL, seed=seed, split="public-deciding")
+    extra = [pool[i] for i in picked]
+    weights = np.concatenate(
+        [weights * (1 - deciding_weight), np.full(len(extra), deciding_weight / len(extra))]
+    )
+    return Queries(records + extra, weights)
+
+
+def candidate_scores(adapter, mean, queries: Queries, candidates: list[torch.Tensor]) -> np.ndarray:
+    """Weighted mean log-prob of the correct first token per candidate mask (L, H), one batch."""
+    weights = torch.from_numpy(queries.weights).float()
+    queries = queries.records
     inputs = adapter.encode(zero_shot_prompts(queries))
     answers = torch.tensor(adapter.tokenizer.convert_tokens_to_ids([r.answer for r in queries]))
     n, q = len(candidates), len(queries)
@@ -86,7 +129,7 @@ def candidate_scores(adapter, mean, queries, candidates: list[torch.Tensor]) -> 
     with torch.no_grad(), blend_heads_per_row(adapter, values, masks):
         logprobs = adapter.model(**batch).logits[:, -1].log_softmax(-1)
     correct = logprobs[torch.arange(n * q), answers.repeat(n)]
-    return correct.reshape(n, q).mean(1).numpy()
+    return (correct.reshape(n, q) @ weights).numpy()
 
 
 def greedy(adapter, means, dev) -> tuple[list[tuple[int, int]], list[float]]:
@@ -165,11 +208,11 @@ def validation_accuracy(adapter, means, val, pairs) -> float:
     accuracies = []
     for task, queries in val.items():
         patches = layer_patches({ly: means[task][ly][heads.heads_in(ly)] for ly in heads.layers}, heads)
-        accuracies.append(
-            first_token_correct(
-                adapter, zero_shot_prompts(queries), [r.answer for r in queries], patches=patches
-            ).mean()
+        records = queries.records
+        correct = first_token_correct(
+            adapter, zero_shot_prompts(records), [r.answer for r in records], patches=patches
         )
+        accuracies.append(float(correct @ queries.weights))
     return float(np.mean(accuracies))
 
 
@@ -214,30 +257,46 @@ def select(adapter, rows, dev, val, rng) -> dict:
     }
 
 
+def task_inputs(adapter, task, seed: int, deciding_weight: float):
+    """One task's public chunk rows, dev queries and validation queries."""
+    dev = public_queries(task, seed, "public-dev", DEV_QUERIES, deciding_weight)
+    val = public_queries(task, seed, "public-val", VAL_QUERIES, deciding_weight)
+    return public_chunk_rows(adapter, task, seed), dev, val
+
+
+def select_for_task(adapter, task, seed: int, rng, *, deciding_weight: float) -> dict:
+    """The public per-task selection of one task (heads, clip norms, report)."""
+    rows, dev, val = task_inputs(adapter, task, seed, deciding_weight)
+    return select(adapter, {task.name: rows}, {task.name: dev}, {task.name: val}, rng)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", type=Path, default=checkpoint_path())
     parser.add_argument("--seed", type=int, default=PUBLIC_SEED)
+    parser.add_argument(
+        "--deciding-weight",
+        type=float,
+        default=DECIDING_WEIGHT,
+        help="share of each score carried by public queries in the task's deciding cells",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     started = time.time()
     loaded = load_model(args.checkpoint)
     adapter = loaded.adapter
-    tasks = task_suite()
-    seen = [t.name for t in tasks if not t.held_out]
-    rows = {
-        t.name: public_chunk_rows(adapter, t, args.seed) for t in track(tasks, description="public means")
+    tasks = task_suite(label_maps=True)
+    seen = [t for t in tasks if not t.held_out]
+    inputs = {
+        t.name: task_inputs(adapter, t, args.seed, args.deciding_weight)
+        for t in track(seen, description="public means")
     }
-    dev = {t.name: task_records(t, DEV_QUERIES, seed=args.seed, split="public-dev") for t in tasks}
-    val = {t.name: task_records(t, VAL_QUERIES, seed=args.seed, split="public-val") for t in tasks}
     rng = np.random.default_rng(args.seed)
-    shared = select(
-        adapter, {n: rows[n] for n in seen}, {n: dev[n] for n in seen}, {n: val[n] for n in seen}, rng
-    )
-    per_task = {}
-    for task in track(tasks, description="per-task selection"):
-        name = task.name
-        per_task[name] = select(adapter, {name: rows[name]}, {name: dev[name]}, {name: val[name]}, rng)
+    shared = select(adapter, *({n: x[i] for n, x in inputs.items()} for i in range(3)), rng)
+    per_task = {
+        task.name: select_for_task(adapter, task, args.seed, rng, deciding_weight=args.deciding_weight)
+        for task in track(tasks, description="per-task selection")
+    }
     defaults = {
         "heads": shared["heads"],
         "l2_clip_norm": shared["l2_clip_norm"],
@@ -250,7 +309,9 @@ def main() -> None:
             "method": "greedy forward selection; prefixes vs layer blocks, scored at ε=1; once over the "
             "seen tasks (the shared, generic 'heads') and once per task on its own public sample "
             "('per_task')",
-            "shared_selected_on": seen,
+            "shared_selected_on": [t.name for t in seen],
+            "deciding_weight": args.deciding_weight,
+            "deciding_queries_per_split": DECIDING_QUERIES,
             "data": "public: generated from a seed disjoint from every experiment seed",
             "public_seed": args.seed,
             "public_chunks_per_task": PUBLIC_CHUNKS,
@@ -262,7 +323,7 @@ def main() -> None:
             "shared": shared["report"],
             "per_task": {name: r["report"] for name, r in per_task.items()},
             "seconds": round(time.time() - started, 1),
-            "command": "python scripts/select_embedded_heads.py",
+            "command": f"python scripts/select_embedded_heads.py --deciding-weight {args.deciding_weight:g}",
         },
     }
     out = args.checkpoint / "dpmtv_defaults.json"

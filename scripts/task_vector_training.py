@@ -6,8 +6,10 @@ prompts and writes the mean into selected heads of a zero-shot query. A model tr
 in-context answers has no reason to put the inferred rule where that mean can carry it: MTV fell
 back to the nearest trained rule where ICL had learned. This loss trains the mechanism itself:
 
-- per episode, ``v`` = mean over its ``->`` positions with at least ``min_context`` shots before
-  them (and before the episode's last ``queries`` shots) of every head's ``o_proj`` input;
+- per episode, ``v`` = mean over its ``->`` positions with at least ``min_context`` (and, with
+  ``max_context``, at most that many: a DP-MTV chunk of s records reads the position after s - 1
+  shots) shots before them (and before the episode's last ``queries`` shots) of every head's
+  ``o_proj`` input;
 - the episode's last ``queries`` images are asked zero-shot (``<bos><image>->``) with a random
   subset of heads (each with probability ``head_fraction``, per episode and layer) overwritten
   by ``v`` at the last position, the others left to read the query image;
@@ -75,11 +77,17 @@ class HeadOutputs:
 
 
 def episode_vectors(
-    captured: dict[int, torch.Tensor], k: int, *, queries: int, min_context: int
+    captured: dict[int, torch.Tensor],
+    k: int,
+    *,
+    queries: int,
+    min_context: int,
+    max_context: int | None = None,
 ) -> torch.Tensor:
     """``(E, L, H*d)``: per episode, the mean over its averaged ``->`` positions of each layer's
     ``o_proj`` input."""
-    positions = torch.from_numpy(fmt.answer_positions(k)[min_context : k - queries])
+    stop = k - queries if max_context is None else min(k - queries, max_context + 1)
+    positions = torch.from_numpy(fmt.answer_positions(k)[min_context:stop])
     return torch.stack([captured[i][:, positions].mean(dim=1) for i in sorted(captured)], dim=1)
 
 
@@ -93,12 +101,15 @@ def task_vector_loss(
     queries: int,
     min_context: int,
     head_fraction: float,
+    max_context: int | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
     """The loss of zero-shot answers to each episode's last ``queries`` shots with its vector
     written into random heads; returns (loss, hits ``(E, queries)``). Call right after the
     episode's forward pass with ``outputs.capturing`` on."""
     e = batch.answers.shape[0]
-    vectors = episode_vectors(outputs.captured, k, queries=queries, min_context=min_context)
+    vectors = episode_vectors(
+        outputs.captured, k, queries=queries, min_context=min_context, max_context=max_context
+    )
     outputs.captured.clear()
     n_layers = vectors.shape[1]
     values = vectors.reshape(e, n_layers, outputs.num_heads, outputs.head_dim).repeat_interleave(queries, 0)

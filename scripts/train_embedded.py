@@ -97,6 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--tv-queries", type=int, default=4, help="zero-shot queries per episode for that loss")
     p.add_argument("--tv-min-context", type=int, default=4, help="shots before the first averaged position")
+    p.add_argument("--tv-max-context", type=int, default=None, help="shots before the last averaged position")
     p.add_argument("--tv-head-fraction", type=float, default=0.5, help="chance each head is overwritten")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
     p.add_argument("--eval-queries", type=int, default=32, help="queries per task and shot count")
@@ -343,6 +344,7 @@ class _Run:
                 self.tv_rng,
                 queries=args.tv_queries,
                 min_context=args.tv_min_context,
+                max_context=args.tv_max_context,
                 head_fraction=args.tv_head_fraction,
             )
             loss = loss + args.tv_weight * tv[0]

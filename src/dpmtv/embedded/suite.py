@@ -19,7 +19,7 @@ from dpmtv.hooks import LayerPatch, overwrite_heads
 from dpmtv.models.base import ModelAdapter
 from dpmtv.prompts import Example, Prompt
 
-SPLITS = {"private": 0, "public": 1, "test": 2, "public-dev": 3, "public-val": 4}
+SPLITS = {"private": 0, "public": 1, "test": 2, "public-dev": 3, "public-val": 4, "public-deciding": 5}
 PUBLIC_SEED = 1_000_003  # public data is generated from a seed disjoint from the experiment seeds
 
 
