@@ -125,3 +125,35 @@ def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
             ArtifactIntegrityError, match=r"privacy\.(accounting_events|sensitivity_l2_clip_norm)"
         ):
             load_task_vector(forged)
+
+
+def test_heads_chosen_on_the_release_from_the_command_line(tiny_llava_path, records_file, tmp_path):
+    """--selection-utility released-probability: the whole pool released, the candidates scored on
+    every record with it; the load re-derives the claim and refuses an edited choice."""
+    from tests.test_artifact_claims import _edited
+
+    out = tmp_path / "v.safetensors"
+    result = _build(
+        tiny_llava_path, records_file, out, "--heads-from", "private", "--private-selection", "candidates",
+        "--selection-utility", "released-probability", "--selection-fraction", "0.1",
+        "--l2-clip-norm", "private",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metadata = load_task_vector(out).metadata
+    details = metadata.head_selection["details"]
+    assert details["utility"] == "released-probability" and "release_noise_std" not in details
+    assert details["candidates"][details["chosen"]] == metadata.heads
+    assert epsilon_of(event_from_json(metadata.privacy.accounting_events), delta=1e-5) <= 1.0 + 1e-9
+
+    def other_candidate(document):
+        d = document["head_selection"]["details"]
+        d["chosen"] = (d["chosen"] + 1) % len(d["candidates"])
+
+    def smaller_pool(document):
+        d = document["head_selection"]["details"]
+        d["pool"] = d["pool"][:-1]
+
+    for edit in (other_candidate, smaller_pool):
+        forged = _edited(out, tmp_path / f"{edit.__name__}.safetensors", edit, rehash=True)
+        with pytest.raises(ArtifactIntegrityError, match=r"privacy\.accounting_events"):
+            load_task_vector(forged)

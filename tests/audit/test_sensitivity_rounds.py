@@ -5,6 +5,7 @@ neighbours, and planted bugs (a term that depends on another chunk, a Δ∞ half
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -61,6 +62,29 @@ def test_a_private_only_audit_with_candidates_stays_within_every_bound(tiny_llav
     assert "chose on D" in report["release_at"] and "private clip norm" in audit.to_markdown()
     (selection,) = [r for r in audit.round_rows() if r["round"].startswith("private selection")]
     assert selection["linf_sensitivity"] == pytest.approx(1.0)  # one chunk moves each total by <= 1
+
+
+def test_a_choice_on_the_release_is_audited_at_the_pool_and_every_records_utility(tiny_llava, records_file):
+    """--selection-utility released-probability: the release is the whole pool's (measured there),
+    and one record moves every candidate's total over the records by at most 1."""
+    selection = PrivateSelectionSettings(
+        k=1,
+        method="candidates",
+        candidates="layer-groups",
+        utility="released-probability",
+        selection_fraction=0.1,
+    )
+    settings = replace(_settings(None), private_selection=selection)
+    audit = audit_sensitivity(
+        tiny_llava, load_records(records_file), None, settings, num_partitions=2, neighbours_per_partition=3
+    )
+    _check_within(audit, {CLIP, "private selection (candidates)"})
+    geometry = tiny_llava.adapter.geometry
+    for chosen in audit.chosen_on_d:  # released: every pool head; chosen among the candidates
+        assert len(chosen["heads"]) == geometry.num_layers * geometry.num_heads
+        assert set(map(tuple, chosen["chosen_on_release"])) <= set(map(tuple, chosen["heads"]))
+    (row,) = [r for r in audit.round_rows() if r["round"].startswith("private selection")]
+    assert row["linf_sensitivity"] == pytest.approx(1.0) and row["worst_ratio"] > 0
 
 
 @pytest.mark.parametrize("planted", [False, True])

@@ -11,7 +11,8 @@ audit (:mod:`dpmtv.audit.sensitivity`): each measured with the build's own funct
   :func:`~dpmtv.privacy.clip_quantile.multiplier_scores`), declared ``Δ∞``
   :func:`~dpmtv.privacy.clip_quantile.multiplier_score_sensitivity`;
 * private selection: the chunk tasks (:func:`~dpmtv.pipeline.release.candidate_task`,
-  :class:`~dpmtv.selection.private.HeadVotes`) and totals
+  :class:`~dpmtv.selection.private.HeadVotes`; a choice on the release: every record's utilities
+  at the pool's rows on ``D``, :func:`~dpmtv.selection.released.record_utilities`) and totals
   (:func:`~dpmtv.selection.candidates.candidate_totals`,
   :func:`~dpmtv.privacy.noisy_top_k.head_vote_counts`), declared ``Δ∞`` the one the noise is
   calibrated for (:func:`~dpmtv.privacy.noisy_top_k.noisy_top_k_scale` ``= 2kΔ∞/ε``).
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv.candidate_lists import candidate_head_sets
 from dpmtv.data.records import Record
 from dpmtv.executor import Executor
 from dpmtv.heads import HeadSet
@@ -50,11 +52,12 @@ from dpmtv.pipeline.private_clip import clip_round_norms, private_clip_sums
 from dpmtv.pipeline.reference import PublicReference, public_reference
 from dpmtv.pipeline.release import candidate_task, select_heads_privately
 from dpmtv.pipeline.tasks import CenteredRows, ChunkJob, ClippedRows
-from dpmtv.privacy import Partition, clip_l2_per_layer
+from dpmtv.privacy import Partition, clip_l2_per_layer, derive_insecure_seed, seeded_rng
 from dpmtv.privacy.clip_quantile import multiplier_ratios, multiplier_score_sensitivity, multiplier_scores
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k_scale
 from dpmtv.selection.candidates import candidate_totals
 from dpmtv.selection.private import HeadVotes
+from dpmtv.selection.released import pool_values, record_utilities, select_on_release
 
 __all__ = ["CLIP_ROUND", "BuildPath", "Choices", "Measured"]
 
@@ -64,17 +67,24 @@ SELECTION_ROUNDS = {"candidates": "private selection (candidates)", "votes": "pr
 
 @dataclass(frozen=True)
 class Choices:
-    """What the rounds chose on ``D`` (or the given heads and C): fixed for its neighbours."""
+    """What the rounds chose on ``D`` (or the given heads and C): fixed for its neighbours.
+    ``heads`` are the released heads: for a choice on the release, the whole pool, whose rows on
+    ``D`` (un-noised: the bound holds for any fixed release) score the candidates (``on_release``:
+    the chosen heads and those rows)."""
 
     heads: HeadSet
     clip_norms: dict[int, float] | None  # the privately chosen C; None: the layout's (given) C
+    on_release: tuple[HeadSet, np.ndarray] | None = None
 
     def describe(self) -> dict[str, Any]:
         norms = self.clip_norms
-        return {
+        out = {
             "heads": [list(pair) for pair in self.heads.pairs],
             "l2_clip_norm": None if norms is None else [norms[layer] for layer in sorted(norms)],
         }
+        if self.on_release is not None:
+            out["chosen_on_release"] = [list(pair) for pair in self.on_release[0].pairs]
+        return out
 
 
 @dataclass(frozen=True)
@@ -98,11 +108,16 @@ class BuildPath:
         self._loaded, self._heads, self._settings, self._executor = loaded, heads, settings, executor
         self._cache = _ChunkCache(loaded, executor, settings.shots_per_chunk)
         self._references: dict[HeadSet, PublicReference] = {}
+        self._record_utilities: dict[tuple[Any, int], np.ndarray] = {}
+        self._alive: list[Sequence[Record]] = []  # keeps ids in cache keys unique
 
     def choose(self, records: Sequence[Record], seeded: BuildSettings) -> Choices:
         """The heads and C the build's rounds choose on ``records`` with ``seeded``'s seed."""
         layout = plan_layout(self._loaded, records, self._heads, seeded)
         heads = self._heads
+        selection = seeded.private_selection
+        if heads is None and selection is not None and selection.chooses_after_release:
+            return self._choose_on_release(records, seeded)
         if heads is None:
             pool = selection_pool(seeded, self._loaded.adapter.geometry)
             selection = select_heads_privately(
@@ -117,6 +132,33 @@ class BuildPath:
             heads = selection.heads
         if seeded.private_clip is None:
             return Choices(heads, None)
+        return self._private_clip(records, seeded, heads)
+
+    def _choose_on_release(self, records: Sequence[Record], seeded: BuildSettings) -> Choices:
+        """A choice on the release (:mod:`dpmtv.selection.released`): the pool's un-noised mean on
+        ``records`` (at the given C, or the C its clip round chooses), then the seeded choice on it."""
+        pool = selection_pool(seeded, self._loaded.adapter.geometry)
+        released = (
+            Choices(pool, None) if seeded.private_clip is None else self._private_clip(records, seeded, pool)
+        )
+        mean = self.measure(records, seeded, released, rounds=False).mean
+        reference = self._reference(pool, seeded).centering
+        d = self._loaded.adapter.geometry.head_dim
+        rows = mean.reshape(-1, d) + np.concatenate(
+            [reference[layer].reshape(-1, d) for layer in pool.layers]
+        )
+        plan, chosen = plan_selection(seeded), seeded.private_selection
+        assert plan is not None and chosen is not None and seeded.insecure_seed is not None
+        selection = select_on_release(
+            self._loaded, records, pool, rows,
+            candidates=candidate_head_sets(chosen.candidates, pool), candidate_list=chosen.candidates,
+            utility=chosen.utility, plan=plan,
+            rng=seeded_rng(derive_insecure_seed(seeded.insecure_seed, "private-selection")),
+        )  # fmt: skip
+        return Choices(pool, released.clip_norms, (selection.heads, rows))
+
+    def _private_clip(self, records: Sequence[Record], seeded: BuildSettings, heads: HeadSet) -> Choices:
+        layout = plan_layout(self._loaded, records, self._heads, seeded)
         (event,) = private_clip_events(seeded)
         choice, _ = private_clip_sums(
             self._loaded,
@@ -132,15 +174,24 @@ class BuildPath:
         return Choices(heads, choice.l2_clip_norms)
 
     def measure(
-        self, records: Sequence[Record], seeded: BuildSettings, choices: Choices, *, fresh: bool = False
+        self,
+        records: Sequence[Record],
+        seeded: BuildSettings,
+        choices: Choices,
+        *,
+        fresh: bool = False,
+        rounds: bool = True,
     ) -> Measured:
-        """The rounds' utility vectors and the release mean on ``records`` at ``choices``."""
+        """The rounds' utility vectors (``rounds``) and the release mean on ``records`` at ``choices``."""
         layout = plan_layout(self._loaded, records, self._heads, seeded)
         utilities: dict[str, np.ndarray] = {}
         linf: dict[str, float] = {}
-        if seeded.private_selection is not None:
+        if seeded.private_selection is not None and rounds:
             name = SELECTION_ROUNDS[seeded.private_selection.method]
-            utilities[name], linf[name] = self._selection(records, layout.selection_part, seeded, fresh)
+            if choices.on_release is not None:
+                utilities[name], linf[name] = self._on_release(records, seeded, choices)
+            else:
+                utilities[name], linf[name] = self._selection(records, layout.selection_part, seeded, fresh)
         heads, m = choices.heads, layout.release_part.num_chunks
         if choices.clip_norms is None:
             job = ChunkJob(heads, seeded, self._reference(heads, seeded).centering, layout.l2_clip_norms)
@@ -153,11 +204,31 @@ class BuildPath:
         centered = task.combine(
             self._cache.results(records, layout.release_part, task, ("centered", heads), fresh)
         )
-        utilities[CLIP_ROUND], linf[CLIP_ROUND] = _clip_round(centered, heads, reference, seeded)
+        if rounds:
+            utilities[CLIP_ROUND], linf[CLIP_ROUND] = _clip_round(centered, heads, reference, seeded)
         clipped = clip_l2_per_layer(centered, l2_clip_norms=choices.clip_norms)
         mean = np.concatenate([clipped[layer].sum(axis=0) for layer in heads.layers]) / m
         sensitivity = chosen_clip_layout(layout, choices.clip_norms, heads, seeded).l2_sensitivity
         return Measured(mean, sensitivity, utilities, linf)
+
+    def _on_release(
+        self, records: Sequence[Record], seeded: BuildSettings, choices: Choices
+    ) -> tuple[np.ndarray, float]:
+        """A choice on the release: every record's candidate utilities at the rows fixed on ``D``
+        (cached per record: a record's utilities are a function of it alone), totals, ``Δ∞``."""
+        plan, chosen = plan_selection(seeded), seeded.private_selection
+        assert plan is not None and chosen is not None and choices.on_release is not None
+        pool, rows = choices.heads, choices.on_release[1]
+        candidates = candidate_head_sets(chosen.candidates, pool)
+        values = pool_values(rows, pool, self._loaded.adapter)
+        tag = (chosen.utility, rows.tobytes())
+        missing = [r for r in records if (tag, id(r)) not in self._record_utilities]
+        if missing:
+            self._alive.append(missing)
+            scored = record_utilities(self._loaded.adapter, missing, values, candidates)
+            self._record_utilities.update({(tag, id(r)): u for r, u in zip(missing, scored, strict=True)})
+        totals = np.sum([self._record_utilities[(tag, id(r))] for r in records], axis=0)
+        return totals.astype(np.float64), _selection_linf(plan, k=1)
 
     def _selection(
         self, records: Sequence[Record], part: Partition, seeded: BuildSettings, fresh: bool

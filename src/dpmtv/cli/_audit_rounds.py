@@ -44,17 +44,18 @@ _OPTIONS = [
     click.option("--select-pool", default="all", show_default=True, help=_SENSITIVITY + "candidate heads."),
     click.option(
         "--selection-candidates",
-        type=click.Choice(["layer-subsets", "layer-blocks"]),
+        type=click.Choice(["layer-subsets", "layer-blocks", "layer-groups"]),
         default="layer-subsets",
         show_default=True,
         help=_SENSITIVITY + "--private-selection candidates' public list.",
     ),
     click.option(
         "--selection-utility",
-        type=click.Choice(["correct", "probability"]),
+        type=click.Choice(["correct", "probability", "released-probability"]),
         default="probability",
         show_default=True,
-        help=_SENSITIVITY + "--private-selection candidates' per-chunk utility.",
+        help=_SENSITIVITY + "--private-selection candidates' per-chunk utility (released-probability: "
+        "every record's, on the pool's release; the audit fixes that release at D's un-noised mean).",
     ),
     click.option(
         "--epsilon",

@@ -108,13 +108,17 @@ _OPTIONS = [
     ),
     click.option(
         "--selection-utility",
-        type=click.Choice(["correct", "probability", "noisy-correct", "noisy-probability"]),
+        type=click.Choice(
+            ["correct", "probability", "noisy-correct", "noisy-probability", "released-probability"]
+        ),
         default="noisy-probability",
         show_default=True,
         help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
         "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "
         "token is then the greedy one (else 0), or that token's probability; noisy-: the mean plus "
-        "the Gaussian noise the release would add for that candidate (public std).",
+        "the Gaussian noise the release would add for that candidate (public std); "
+        "released-probability: the whole --select-pool is released first and every candidate is "
+        "scored on EVERY record with that released vector (record level, sequential only).",
     ),
     click.option("--epsilon", type=float, help="Privacy budget ε of the build (> 0)."),
     click.option(

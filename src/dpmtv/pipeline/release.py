@@ -9,12 +9,16 @@
    release planned again from them (:func:`dpmtv.pipeline.plan.plan_chosen_clip`);
 4. the mean, noised once (:func:`dpmtv.privacy.release.release_clipped_sum`), charged just
    before its draw if nothing was charged yet.
+
+A candidate choice on the release (``--selection-utility released-probability``,
+:mod:`dpmtv.selection.released`) runs 2-4 over the whole pool first, then chooses among the
+candidates on that release and keeps the chosen heads' part of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +40,7 @@ from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan
 from dpmtv.privacy.release import NoisedVector, release_clipped_sum
 from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, select_private_candidates
 from dpmtv.selection.private import select_private
+from dpmtv.selection.released import select_on_release
 from dpmtv.selection.result import SelectionResult
 
 __all__ = ["PrivateRelease", "candidate_task", "private_release", "select_heads_privately"]
@@ -68,6 +73,9 @@ def private_release(
     """(Private selection,) the public reference, the clipped sums (with a private clip norm: the
     chosen C and its plan), noise once (module docstring). ``heads`` is None with private
     selection; ``charge()`` charges the ledger the first time it is called."""
+    chosen = settings.private_selection
+    if heads is None and chosen is not None and chosen.chooses_after_release:
+        return _release_then_choose(loaded, records, settings, plan, charge, executor)
     head_selection = settings.head_selection
     if heads is None:
         charge()
@@ -76,6 +84,20 @@ def private_release(
             loaded, records, plan.selection, part, plan.candidates, settings, executor, plan
         )
         heads, head_selection = selection.heads, selection.to_metadata()
+    return _release(loaded, records, heads, head_selection, settings, plan, charge, executor)
+
+
+def _release(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    heads: HeadSet,
+    head_selection: dict[str, Any],
+    settings: BuildSettings,
+    plan: BuildPlan,
+    charge: Callable[[], None],
+    executor: Executor | None,
+) -> PrivateRelease:
+    """The public reference over ``heads``, their clipped sums (given or private C), noise once."""
     public = public_reference(loaded, heads, settings)
     release_part, choice = plan.layout.release_part, None
     if settings.private_clip is None:
@@ -106,6 +128,71 @@ def private_release(
         l2_sensitivity=plan.layout.l2_sensitivity,
     )
     return PrivateRelease(heads, head_selection, public.centering, noised, plan.layout, choice)
+
+
+def _release_then_choose(
+    loaded: LoadedModel,
+    records: Sequence[Record],
+    settings: BuildSettings,
+    plan: BuildPlan,
+    charge: Callable[[], None],
+    executor: Executor | None,
+) -> PrivateRelease:
+    """``--selection-utility released-*`` (:mod:`dpmtv.selection.released`): the whole pool
+    released (its Δ is already the pool's worst case, the plan's), then the candidate choice on
+    that release; the artifact keeps the chosen heads' part of it (post-processing)."""
+    pool, chosen = plan.candidates, settings.private_selection
+    if plan.selection is None or chosen is None:
+        raise ParameterError("a choice on the release needs private selection settings")
+    whole = _release(loaded, records, pool, {}, settings, plan, charge, executor)
+    rows = _rows(whole.noised.layers, pool, loaded) + _rows(whole.reference, pool, loaded)
+    seed = settings.insecure_seed
+    selection = select_on_release(
+        loaded,
+        records,
+        pool,
+        rows,
+        candidates=candidate_head_sets(chosen.candidates, pool),
+        candidate_list=chosen.candidates,
+        utility=chosen.utility,
+        plan=plan.selection,
+        rng=None if seed is None else seeded_rng(derive_insecure_seed(seed, "private-selection")),
+        progress=settings.progress,
+    )
+    heads = selection.heads
+    choice = whole.clip_choice
+    if choice is not None:  # the released layers' scales, as the artifact records them
+        choice = replace(choice, layer_scales={layer: choice.layer_scales[layer] for layer in heads.layers})
+    noised = whole.noised
+    return PrivateRelease(
+        heads,
+        selection.to_metadata(),
+        _restricted(whole.reference, pool, heads, loaded),
+        replace(noised, layers=_restricted(noised.layers, pool, heads, loaded)),
+        whole.layout,
+        choice,
+    )
+
+
+def _rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, loaded: LoadedModel) -> np.ndarray:
+    """Per-layer flat vectors ``(k_l·d,)`` of ``heads`` → rows ``(K, d)`` in the head set's order."""
+    d = loaded.adapter.geometry.head_dim
+    return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, d) for layer in heads.layers])
+
+
+def _restricted(
+    per_layer: Mapping[int, np.ndarray], pool: HeadSet, heads: HeadSet, loaded: LoadedModel
+) -> dict[int, np.ndarray]:
+    """The per-layer flat vectors of ``pool`` cut to ``heads ⊆ pool`` (same layout, fewer heads)."""
+    d = loaded.adapter.geometry.head_dim
+    out = {}
+    for layer in heads.layers:
+        rows = np.asarray(per_layer[layer]).reshape(-1, d)
+        index = [pool.heads_in(layer).index(head) for head in heads.heads_in(layer)]
+        kept = rows[index].reshape(-1).copy()
+        kept.setflags(write=False)
+        out[layer] = kept
+    return out
 
 
 def select_heads_privately(

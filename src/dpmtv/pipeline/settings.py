@@ -92,7 +92,13 @@ class PrivateSelectionSettings:
             # dpmtv.candidate_lists.CANDIDATE_LISTS, dpmtv.selection.candidates.CANDIDATE_UTILITIES
             # (a test keeps them equal)
             "candidates": ("layer-subsets", "layer-blocks", "layer-groups"),
-            "utility": ("correct", "probability", "noisy-correct", "noisy-probability"),
+            "utility": (
+                "correct",
+                "probability",
+                "noisy-correct",
+                "noisy-probability",
+                "released-probability",
+            ),
         }
         for name, choices in allowed.items():
             value = getattr(self, name)
@@ -100,6 +106,11 @@ class PrivateSelectionSettings:
                 raise ParameterError(
                     f"private selection {name} must be one of {', '.join(choices)}, got {value!r}"
                 )
+        if self.chooses_after_release and self.composition != "sequential":
+            raise ParameterError(
+                f"--selection-utility {self.utility} scores the candidates on the release of every chunk: "
+                "it composes sequentially only (drop --selection-composition parallel)"
+            )
         if not (
             isinstance(self.noise_clip_multiplier, (int, float)) and 0 < self.noise_clip_multiplier < math.inf
         ):
@@ -107,6 +118,11 @@ class PrivateSelectionSettings:
                 "the noisy utility's nominal clip multiplier must be finite and > 0, "
                 f"got {self.noise_clip_multiplier!r}"
             )
+
+    @property
+    def chooses_after_release(self) -> bool:
+        """A candidate choice on the released pool vector (dpmtv.selection.released), not before it."""
+        return self.method == "candidates" and self.utility.startswith("released-")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +235,13 @@ class BuildSettings:
             raise ParameterError("private head selection makes no sense in a non-private build")
         if self.non_private and self.private_clip is not None:
             raise ParameterError("a private clip norm makes no sense in a non-private build")
+        selection = self.private_selection
+        if selection is not None and selection.chooses_after_release and unit is PrivacyUnit.USER:
+            raise ParameterError(
+                f"--selection-utility {selection.utility} scores every record once: a user's records would "
+                "move its totals by up to --max-records-per-user, so it is for --privacy-unit record only "
+                "(use noisy-probability at user level)"
+            )
 
     @property
     def relation(self) -> AdjacencyRelation:

@@ -62,6 +62,7 @@ from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
 from dpmtv.selection._search import mask_of
 from dpmtv.selection.private import _held_out_query, task_chunk_scores
+from dpmtv.selection.released import RELEASED_UTILITIES
 from dpmtv.selection.result import SelectionResult
 
 __all__ = [
@@ -74,7 +75,9 @@ __all__ = [
     "select_private_candidates",
 ]
 
-CANDIDATE_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
+CHUNK_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
+# scored on the released pool vector instead, after the release (dpmtv.selection.released)
+CANDIDATE_UTILITIES = (*CHUNK_UTILITIES, *RELEASED_UTILITIES)
 
 
 def _candidate_utility(
@@ -137,9 +140,10 @@ def base_utility(utility: str) -> str:
 def _check_noise(task: CandidateUtilities) -> tuple[torch.Tensor, int] | None:
     """The task's (std ``(n,)``, seed) for a ``noisy-`` utility, None otherwise; refused unless
     a noisy utility has one finite std >= 0 per candidate and a plain one none."""
-    if task.utility not in CANDIDATE_UTILITIES:
+    if task.utility not in CHUNK_UTILITIES:
         raise ParameterError(
-            f"candidate utility must be one of {', '.join(CANDIDATE_UTILITIES)}, got {task.utility!r}"
+            f"a chunk's candidate utility must be one of {', '.join(CHUNK_UTILITIES)}, got {task.utility!r}"
+            + (" (scored on the release, not per chunk)" if task.utility in CANDIDATE_UTILITIES else "")
         )
     noisy = task.utility.startswith("noisy-")
     if not noisy:
@@ -181,9 +185,9 @@ class CandidateUtilities:
     def run(
         self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
     ) -> list[torch.Tensor | None]:
+        noise = _check_noise(self)  # first: a wrong utility is refused before any model work
         geometry = loaded.adapter.geometry
         masks = torch.stack([mask_of(c, geometry) for c in self.candidates])  # (n, L, H) bool
-        noise = _check_noise(self)
         scorer = partial(_candidate_utility, masks=masks, utility=base_utility(self.utility), noise=noise)
         return list(task_chunk_scores(self, loaded, records, partition, progress=progress, scorer=scorer))
 
