@@ -106,12 +106,72 @@ def task_vector_loss(
     """The loss of zero-shot answers to each episode's last ``queries`` shots with its vector
     written into random heads; returns (loss, hits ``(E, queries)``). Call right after the
     episode's forward pass with ``outputs.capturing`` on."""
-    e = batch.answers.shape[0]
     vectors = episode_vectors(
         outputs.captured, k, queries=queries, min_context=min_context, max_context=max_context
     )
     outputs.captured.clear()
-    n_layers = vectors.shape[1]
+    return _zero_shot_loss(
+        model, outputs, batch, k, vectors, rng, queries=queries, head_fraction=head_fraction
+    )
+
+
+def chunk_mean_loss(
+    model,
+    outputs: HeadOutputs,
+    batch,
+    rng: np.random.Generator,
+    *,
+    chunks: int,
+    shots: int,
+    queries: int,
+    head_fraction: float,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """The MTV/DP-MTV read itself as a loss: each episode of ``batch`` (one task, ``chunks * shots
+    + queries`` shots) is cut into ``chunks`` disjoint prompts of ``shots`` records (``shots - 1``
+    demonstrations, the last record's image as the query: ``--query record``), each its own
+    sequence, as a DP-MTV partition reads them. ``v`` = the mean over the episode's prompts of the
+    last-token ``o_proj`` inputs, then the zero-shot loss of :func:`task_vector_loss` on the
+    episode's last ``queries`` shots.
+
+    Why: the single-context loss averages positions of ONE context, each of which already holds
+    the evidence of the positions before it. A mean over independent chunks carries the rule only
+    if each chunk's head outputs encode its own evidence so that evidence adds up across chunks
+    (a deciding cell seen in a few chunks of 256); a chunk that encodes "the closest trained rule"
+    outvotes it."""
+    e, k = batch.answers.shape
+    used = chunks * shots
+    answers = batch.answers[:, :used].reshape(e * chunks, shots)
+    ids = torch.from_numpy(fmt.episode_ids(fmt.ANSWER_TOKEN_IDS[answers[:, :-1]], query=True))
+    images = batch.images.reshape(e, k, *batch.images.shape[1:])[:, :used]
+    outputs.capturing = True
+    model(
+        input_ids=ids,
+        pixel_values=fmt.pixels_from_uint8(images.reshape(-1, *images.shape[2:])),
+        logits_to_keep=1,
+    )
+    outputs.capturing = False
+    last = torch.stack([outputs.captured[i][:, -1] for i in sorted(outputs.captured)], dim=1)  # (E*M, L, H*d)
+    outputs.captured.clear()
+    vectors = last.reshape(e, chunks, *last.shape[1:]).mean(dim=1)
+    return _zero_shot_loss(
+        model, outputs, batch, k, vectors, rng, queries=queries, head_fraction=head_fraction
+    )
+
+
+def _zero_shot_loss(
+    model,
+    outputs: HeadOutputs,
+    batch,
+    k: int,
+    vectors: torch.Tensor,
+    rng,
+    *,
+    queries: int,
+    head_fraction: float,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Cross-entropy of the zero-shot answers to each episode's last ``queries`` shots with its
+    vector ``(E, L, H*d)`` written into a random subset of heads (each with ``head_fraction``)."""
+    e, n_layers = vectors.shape[:2]
     values = vectors.reshape(e, n_layers, outputs.num_heads, outputs.head_dim).repeat_interleave(queries, 0)
     mask = torch.from_numpy(rng.uniform(size=(e, n_layers, outputs.num_heads)) < head_fraction)
     mask = mask.repeat_interleave(queries, 0)

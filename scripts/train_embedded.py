@@ -99,6 +99,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tv-min-context", type=int, default=4, help="shots before the first averaged position")
     p.add_argument("--tv-max-context", type=int, default=None, help="shots before the last averaged position")
     p.add_argument("--tv-head-fraction", type=float, default=0.5, help="chance each head is overwritten")
+    p.add_argument(
+        "--tv-chunk-weight",
+        type=float,
+        default=0.0,
+        help="weight of the chunk-mean task-vector loss (task_vector_training.chunk_mean_loss: the\n"
+        "vector is the mean over disjoint chunk prompts of one task, as DP-MTV reads it); 0 = off",
+    )
+    p.add_argument("--tv-chunks", type=int, default=8, help="chunk prompts averaged per task vector")
+    p.add_argument(
+        "--tv-chunk-shots", default="4,12", help="records per chunk prompt, drawn per step from MIN,MAX"
+    )
+    p.add_argument(
+        "--tv-chunk-tokens", type=int, default=3000, help="token budget of the chunk prompts per step"
+    )
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
     p.add_argument("--eval-queries", type=int, default=32, help="queries per task and shot count")
     p.add_argument("--final-eval-queries", type=int, default=100)
@@ -274,8 +288,8 @@ BUCKETS = ((0, 1), (1, 4), (4, 16), (16, 10_000))  # answer positions whose accu
 class _Run:
     """What one training run holds: the model, its probes and optimiser, the log file."""
 
-    def __init__(self, args, out: Path):
-        self.args, self.out = args, out
+    def __init__(self, args, out: Path, mix: dict):
+        self.args, self.out, self.mix = args, out, mix
         self.log_path = out / "train_log.jsonl"
         self.log_path.write_text("")
         self.model = fmt.build_model(args.seed)
@@ -348,13 +362,39 @@ class _Run:
                 head_fraction=args.tv_head_fraction,
             )
             loss = loss + args.tv_weight * tv[0]
+        chunk_tv = None
+        if args.tv_chunk_weight > 0:  # after the loss above: it reads the main pass's captures
+            chunk_tv = self._chunk_mean_loss()
+            loss = loss + args.tv_chunk_weight * chunk_tv[0]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
         with torch.no_grad():
             hits = (answer_logits.argmax(-1) == answer_targets).numpy()
-        return loss_answer, loss_probe, hits, tv
+        return loss_answer, loss_probe, hits, tv, chunk_tv
+
+    def _chunk_mean_loss(self):
+        """The chunk-mean loss on its own episodes (drawn from ``tv_rng``: the main episodes stay
+        those of a run without it), uniform label maps as in the evaluation (not bursty)."""
+        args = self.args
+        low, high = (int(x) for x in args.tv_chunk_shots.split(","))
+        shots = int(self.tv_rng.integers(low, high + 1))
+        tasks = max(1, args.tv_chunk_tokens // (args.tv_chunks * (shots * fmt.TOKENS_PER_SHOT + 1)))
+        batch = gen.sample_episodes(
+            self.tv_rng, tasks, args.tv_chunks * shots + args.tv_queries, mix=self.mix
+        )
+        loss, hits = tvt.chunk_mean_loss(
+            self.model,
+            self.head_outputs,
+            batch,
+            self.tv_rng,
+            chunks=args.tv_chunks,
+            shots=shots,
+            queries=args.tv_queries,
+            head_fraction=args.tv_head_fraction,
+        )
+        return loss, hits, batch.kinds
 
 
 def _command(argv) -> str:
@@ -377,7 +417,7 @@ def _progress_bar(args, budget_s: float):
 
 
 def _empty_running() -> dict:
-    return {"loss": [], "probe": [], "tv_loss": [], "acc": {}}
+    return {"loss": [], "probe": [], "tv_loss": [], "chunk_tv_loss": [], "acc": {}}
 
 
 def _record_accuracy(running: dict, hits: np.ndarray, kinds, mix, k: int) -> None:
@@ -401,6 +441,7 @@ def _train_record(running: dict, step: int, elapsed_s: float, lr: float, steps_p
         "loss": float(np.mean(running["loss"])),
         "probe_loss": float(np.mean(running["probe"])),
         **({"tv_loss": float(np.mean(running["tv_loss"]))} if running["tv_loss"] else {}),
+        **({"chunk_tv_loss": float(np.mean(running["chunk_tv_loss"]))} if running["chunk_tv_loss"] else {}),
         "train_acc_by_position": by_position,
         "steps_per_s": steps_per_s,
     }
@@ -435,7 +476,7 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
         batch = gen.sample_episodes(rng, n_episodes, k, mix=mix, bursty_label_maps=args.bursty_label_maps)
         lr = lr_at(step, progress, args)
-        loss_answer, loss_probe, hits, tv = run.step(batch, k, n_episodes, lr)
+        loss_answer, loss_probe, hits, tv, chunk_tv = run.step(batch, k, n_episodes, lr)
         step += 1
         running["loss"].append(loss_answer.item())
         running["probe"].append(loss_probe.item())
@@ -445,6 +486,12 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
             _record_accuracy(
                 running, tv[1], [f"tv_{kind}" for kind in batch.kinds], {f"tv_{kind}": 1 for kind in mix}, 1
             )
+        if chunk_tv is not None:
+            running["chunk_tv_loss"].append(chunk_tv[0].item())
+            _record_accuracy(
+                running, chunk_tv[1], [f"chunk_tv_{kind}" for kind in chunk_tv[2]],
+                {f"chunk_tv_{kind}": 1 for kind in mix}, 1,
+            )  # fmt: skip
         now = time.monotonic()
         if bar is not None:
             bar.update(1 if args.steps else int(now - start) - bar.n)
@@ -511,7 +558,7 @@ def main(argv=None) -> dict:
     rng = np.random.default_rng(args.seed)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    run = _Run(args, out)
+    run = _Run(args, out, mix)
     eval_set = build_eval_set(args.seed, args.eval_queries)
     n_params = sum(p.numel() for p in run.model.parameters())
     budget = f"{args.steps} steps" if args.steps else f"{args.minutes} min"
