@@ -12,7 +12,9 @@ publicly (record i → user i mod 24) and one heavy user owns 24 more records. W
 
 ``private-only`` is the configuration of ``benchmarks/results/private_only_held_out_final.json``
 (``--private-selection candidates`` by probability at 0.3 ε, ``--l2-clip-norm private`` log-loss at
-0.2 ε, record level, replace-one); ``private-only-votes`` the same with the head votes (k = 8).
+0.2 ε, record level, replace-one); ``private-only-votes`` the same with the head votes (k = 8);
+``private-only-released`` with the choice on the release (``released-probability`` at 0.1 ε over
+layer-groups).
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings
 from dpmtv.pipeline.settings import PrivateClipSettings, PrivateSelectionSettings
 
-CONFIGS = ("record-replace-one", "record-add-remove-one", "user", "private-only", "private-only-votes")
+CONFIGS = (
+    "record-replace-one", "record-add-remove-one", "user", "private-only", "private-only-votes",
+    "private-only-released",
+)  # fmt: skip
 
 
 def main() -> None:
@@ -63,6 +68,9 @@ def main() -> None:
         k=8, method="candidates", utility="probability", selection_fraction=0.3
     )
     votes = PrivateSelectionSettings(k=8)
+    released = PrivateSelectionSettings(
+        k=1, method="candidates", utility="released-probability", selection_fraction=0.1
+    )
     configs = {
         "record-replace-one": ("record", "replace-one", records, {}),
         "record-add-remove-one": ("record", "add-remove-one", records, {"num_chunks": args.records // 4}),
@@ -74,6 +82,10 @@ def main() -> None:
         "private-only-votes": (
             "record", "replace-one", records,
             {"private_selection": votes, "private_clip": clip, "l2_clip_norm": (1.0,)},
+        ),
+        "private-only-released": (
+            "record", "replace-one", records,
+            {"private_selection": released, "private_clip": clip, "l2_clip_norm": (1.0,)},
         ),
     }  # fmt: skip
     rows, rounds, chosen, started = [], [], {}, time.perf_counter()
