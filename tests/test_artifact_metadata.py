@@ -44,7 +44,13 @@ def _flat(value, prefix=""):
 
 
 def _metadata(
-    tiny_llava, folder: Path, num_records: int, *, private_selection: bool, private_clip: bool = False
+    tiny_llava,
+    folder: Path,
+    num_records: int,
+    *,
+    private_selection: bool,
+    private_clip: bool = False,
+    selection: PrivateSelectionSettings | None = None,
 ) -> dict:
     records = load_records(write_records(folder, num_records, seed=num_records))
     settings = BuildSettings(
@@ -57,7 +63,7 @@ def _metadata(
         num_chunks=4,
         insecure_seed=11,
         allow_insecure_seed=True,
-        private_selection=PrivateSelectionSettings(k=2) if private_selection else None,
+        private_selection=(selection or PrivateSelectionSettings(k=2)) if private_selection else None,
         progress=False,
     )
     heads = None if private_selection else parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
@@ -88,6 +94,19 @@ def test_metadata_of_a_private_clip_build_does_not_depend_on_the_private_data(
         allowed |= NOISY_RELEASE_WITH_PRIVATE_SELECTION | NOISY_RELEASE_PRIVATE_ONLY
     assert set(small) == set(large)
     assert "privacy.clip_norm_selection.multiplier" in small
+    differing = {key for key in small if small[key] != large[key]}
+    assert differing <= allowed, {key: (small[key], large[key]) for key in differing - allowed}
+
+
+def test_metadata_of_a_choice_on_the_release_does_not_depend_on_the_private_data(tiny_llava, tmp_path):
+    """The whole pool released, then the candidate chosen on it (over the records: N is private
+    under add-remove-one): only the noisy outputs differ, the chosen index among them."""
+    selection = PrivateSelectionSettings(k=1, method="candidates", utility="released-probability")
+    small = _metadata(tiny_llava, tmp_path / "small", 6, private_selection=True, selection=selection)
+    large = _metadata(tiny_llava, tmp_path / "large", 60, private_selection=True, selection=selection)
+    assert small["head_selection.details.utility"] == "released-probability"
+    allowed = ALLOWED_TO_DIFFER | NOISY_RELEASE_WITH_PRIVATE_SELECTION | {"head_selection.details.chosen"}
+    assert set(small) == set(large)
     differing = {key for key in small if small[key] != large[key]}
     assert differing <= allowed, {key: (small[key], large[key]) for key in differing - allowed}
 

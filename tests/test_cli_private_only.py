@@ -69,7 +69,7 @@ def test_a_private_clip_norm_refuses_public_data_and_non_private_builds(
 def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
     tiny_llava_path, records_file, tmp_path
 ):
-    """--private-selection candidates with its defaults (noise-aware utility over layer-groups): one
+    """--private-selection candidates by the noise-aware chunk utility over layer-groups: one
     exponential-mechanism round among the public candidates, composed with the clip round and the
     Gaussian; the load re-derives all three and refuses an edited choice."""
     from tests.test_artifact_claims import _edited
@@ -77,8 +77,8 @@ def test_heads_chosen_among_public_candidates_and_a_private_clip_norm(
     out = tmp_path / "v.safetensors"
     result = _build(
         tiny_llava_path, records_file, out, "--heads-from", "private", "--private-selection", "candidates",
-        "--selection-fraction", "0.3", "--l2-clip-norm", "private",
-        "--clip-utility", "log-loss",
+        "--selection-utility", "noisy-probability", "--selection-fraction", "0.3",
+        "--l2-clip-norm", "private", "--clip-utility", "log-loss",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     metadata = load_task_vector(out).metadata
@@ -134,14 +134,21 @@ def test_heads_chosen_on_the_release_from_the_command_line(tiny_llava_path, reco
 
     out = tmp_path / "v.safetensors"
     result = _build(
-        tiny_llava_path, records_file, out, "--heads-from", "private", "--private-selection", "candidates",
-        "--selection-utility", "released-probability", "--selection-fraction", "0.1",
-        "--l2-clip-norm", "private",
-    )  # fmt: skip
+        tiny_llava_path,
+        records_file,
+        out,
+        "--heads-from",
+        "private",
+        "--private-selection",
+        "candidates",
+        "--l2-clip-norm",
+        "private",
+    )  # fmt: skip  (the defaults of --private-selection candidates: on the release, 0.1 ε)
     assert result.exit_code == 0, result.output
     metadata = load_task_vector(out).metadata
     details = metadata.head_selection["details"]
     assert details["utility"] == "released-probability" and "release_noise_std" not in details
+    assert details["epsilon_selection"] == pytest.approx(0.1)
     assert details["candidates"][details["chosen"]] == metadata.heads
     assert epsilon_of(event_from_json(metadata.privacy.accounting_events), delta=1e-5) <= 1.0 + 1e-9
 
@@ -157,3 +164,25 @@ def test_heads_chosen_on_the_release_from_the_command_line(tiny_llava_path, reco
         forged = _edited(out, tmp_path / f"{edit.__name__}.safetensors", edit, rehash=True)
         with pytest.raises(ArtifactIntegrityError, match=r"privacy\.accounting_events"):
             load_task_vector(forged)
+
+
+@pytest.mark.parametrize(
+    ("unit", "composition", "utility", "fraction"),
+    [
+        ("record", "sequential", "released-probability", 0.1),
+        ("user", "sequential", "noisy-probability", 0.3),  # a user's records would each add a term
+        ("record", "parallel", "noisy-probability", 0.3),  # the release of every chunk: sequential
+    ],
+)
+def test_the_candidates_default_utility_is_the_release_where_it_can_run(
+    tiny_llava, unit, composition, utility, fraction
+):
+    from dpmtv.cli.build import private_selection_settings
+
+    params = {
+        "private_selection": "candidates", "select_k": 8, "select_pool": "all", "selection_fraction": None,
+        "selection_composition": composition, "selection_candidates": "layer-groups",
+        "selection_utility": None, "privacy_unit": unit,
+    }  # fmt: skip
+    settings = private_selection_settings(tiny_llava, params)
+    assert (settings.utility, settings.selection_fraction) == (utility, fraction)

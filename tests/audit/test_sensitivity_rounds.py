@@ -145,7 +145,8 @@ def test_a_private_clip_with_given_heads_under_add_remove(tiny_llava, records_fi
 @pytest.mark.parametrize("composition", ["sequential", "parallel"])
 def test_private_selection_with_a_given_clip_norm(tiny_llava, records_file, composition):
     """No clip round: the release is at the given C, Δ the worst case over the pool's layers."""
-    selection = PrivateSelectionSettings(k=2, method="candidates", composition=composition)
+    utility = "released-probability" if composition == "sequential" else "noisy-probability"
+    selection = PrivateSelectionSettings(k=2, method="candidates", composition=composition, utility=utility)
     settings = BuildSettings(
         epsilon=1.0, delta=1e-5, l2_clip_norm=(1e-3,), shots_per_chunk=4, center="blank", progress=False,
         private_selection=selection,

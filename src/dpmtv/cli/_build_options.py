@@ -73,7 +73,8 @@ _OPTIONS = [
         default=None,
         help="Private selection, sequential: the share of ε spent on selection; σ of the release is "
         "calibrated so the composition meets the total (ε, δ). Default 0.5 for --private-selection "
-        "votes, 0.3 for candidates (chosen on the dev set of benchmarks/private_only.py).",
+        "votes, 0.1 for candidates chosen on the release, 0.3 for candidates by chunk utilities "
+        "(checked on the dev set of benchmarks/private_only.py).",
     ),
     click.option(
         "--selection-composition",
@@ -111,9 +112,9 @@ _OPTIONS = [
         type=click.Choice(
             ["correct", "probability", "noisy-correct", "noisy-probability", "released-probability"]
         ),
-        default="noisy-probability",
-        show_default=True,
-        help="--private-selection candidates: a chunk's utility for a candidate, its own mean patched "
+        default=None,
+        help="--private-selection candidates [default: released-probability; noisy-probability at user "
+        "level and with parallel halves]: a chunk's utility for a candidate, its own mean patched "
         "into the candidate's heads on its last record's zero-shot question: 1 if the answer's first "
         "token is then the greedy one (else 0), or that token's probability; noisy-: the mean plus "
         "the Gaussian noise the release would add for that candidate (public std); "

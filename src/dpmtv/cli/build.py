@@ -303,15 +303,23 @@ def private_selection_settings(loaded, params):
     candidates = params["private_selection"] == "candidates"
     if not candidates:
         _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
+    utility = params["selection_utility"] or _default_utility(params)
     return PrivateSelectionSettings(
         k=params["select_k"],
-        selection_fraction=_selection_fraction(params["selection_fraction"], candidates),
+        selection_fraction=_selection_fraction(params["selection_fraction"], candidates, utility),
         composition=params["selection_composition"],
         pool=params["select_pool"],
         method=params["private_selection"],
         candidates=params["selection_candidates"],
-        utility=params["selection_utility"],
+        utility=utility,
     )
+
+
+def _default_utility(params) -> str:
+    """The choice on the release (docs/design.md §3), except where it cannot run: at user level
+    (a user's records would each add a term) and with parallel halves."""
+    chunk_utility = params.get("privacy_unit") == "user" or params["selection_composition"] == "parallel"
+    return "noisy-probability" if chunk_utility else "released-probability"
 
 
 def _heads(loaded, params):
@@ -333,13 +341,17 @@ def _heads(loaded, params):
     return heads, head_selection, None
 
 
-def _selection_fraction(given: float | None, candidates: bool) -> float:
+def _selection_fraction(given: float | None, candidates: bool, utility: str) -> float:
     """--selection-fraction, or the method's default (docs/design.md §3)."""
-    from dpmtv.privacy.noisy_top_k import DEFAULT_CANDIDATE_SELECTION_FRACTION, DEFAULT_SELECTION_FRACTION
+    from dpmtv.privacy import noisy_top_k as defaults
 
     if given is not None:
         return given
-    return DEFAULT_CANDIDATE_SELECTION_FRACTION if candidates else DEFAULT_SELECTION_FRACTION
+    if not candidates:
+        return defaults.DEFAULT_SELECTION_FRACTION
+    if utility.startswith("released-"):
+        return defaults.DEFAULT_RELEASED_SELECTION_FRACTION
+    return defaults.DEFAULT_CANDIDATE_SELECTION_FRACTION
 
 
 def _most_selected_heads(loaded, settings) -> int:

@@ -75,6 +75,7 @@ from dpmtv.privacy.calibrate import validate_epsilon_delta
 __all__ = [
     "COMPOSITIONS",
     "DEFAULT_CANDIDATE_SELECTION_FRACTION",
+    "DEFAULT_RELEASED_SELECTION_FRACTION",
     "DEFAULT_SELECTION_FRACTION",
     "PrivateSelectionPlan",
     "SelectionBudget",
@@ -99,6 +100,10 @@ DEFAULT_SELECTION_FRACTION = 0.5
 # The choice among public candidate head sets (dpmtv.selection.candidates): one round instead of k,
 # chosen on the dev set of benchmarks/private_only.py --split dev (0.3 against 0.5 there).
 DEFAULT_CANDIDATE_SELECTION_FRACTION = 0.3
+# The candidate choice on the release (dpmtv.selection.released): N utilities instead of m, so a
+# smaller share separates the candidates; fixed at 0.1 before the dev runs that then kept it
+# (benchmarks/results/private_only_dev_released.json).
+DEFAULT_RELEASED_SELECTION_FRACTION = 0.1
 COMPOSITIONS = ("sequential", "parallel")
 
 
