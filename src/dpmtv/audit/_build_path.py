@@ -40,6 +40,7 @@ from dpmtv.data.records import Record
 from dpmtv.executor import Executor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.artifact import per_head_rows
 from dpmtv.pipeline.build import BuildSettings
 from dpmtv.pipeline.plan import (
     chosen_clip_layout,
@@ -142,11 +143,8 @@ class BuildPath:
             Choices(pool, None) if seeded.private_clip is None else self._private_clip(records, seeded, pool)
         )
         mean = self.measure(records, seeded, released, rounds=False).mean
-        reference = self._reference(pool, seeded).centering
         d = self._loaded.adapter.geometry.head_dim
-        rows = mean.reshape(-1, d) + np.concatenate(
-            [reference[layer].reshape(-1, d) for layer in pool.layers]
-        )
+        rows = mean.reshape(-1, d) + per_head_rows(self._reference(pool, seeded).centering, pool, d)
         plan, chosen = plan_selection(seeded), seeded.private_selection
         assert plan is not None and chosen is not None and seeded.insecure_seed is not None
         selection = select_on_release(

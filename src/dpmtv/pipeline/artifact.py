@@ -16,7 +16,7 @@ from dpmtv.pipeline.settings import BuildSettings, Centering
 from dpmtv.privacy.release import NoisedVector
 from dpmtv.vector import TaskVector
 
-__all__ = ["released_task_vector"]
+__all__ = ["per_head_rows", "released_task_vector"]
 
 
 def released_task_vector(
@@ -34,10 +34,10 @@ def released_task_vector(
 ) -> TaskVector:
     """The released vector: the noisy per-layer means as per-head rows, the reference added back."""
     head_dim = loaded.adapter.geometry.head_dim
-    reference_rows = _per_head_rows(reference, heads, head_dim)
+    reference_rows = per_head_rows(reference, heads, head_dim)
     return TaskVector(
         heads=heads,
-        values=(_per_head_rows(noised.layers, heads, head_dim) + reference_rows).astype(np.float32),
+        values=(per_head_rows(noised.layers, heads, head_dim) + reference_rows).astype(np.float32),
         metadata=artifact_metadata(
             loaded,
             heads,
@@ -53,6 +53,6 @@ def released_task_vector(
     )
 
 
-def _per_head_rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
+def per_head_rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, head_dim: int) -> np.ndarray:
     """Per-layer flat vectors (k_l*d,) → rows (K, d) in the head set's order."""
     return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, head_dim) for layer in heads.layers])

@@ -29,6 +29,7 @@ from dpmtv.errors import ParameterError
 from dpmtv.executor import Executor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
+from dpmtv.pipeline.artifact import per_head_rows
 from dpmtv.pipeline.plan import BuildLayout, BuildPlan, plan_chosen_clip
 from dpmtv.pipeline.private_clip import ClipChoice, private_clip_sums
 from dpmtv.pipeline.reference import public_reference
@@ -145,7 +146,8 @@ def _release_then_choose(
     if plan.selection is None or chosen is None:
         raise ParameterError("a choice on the release needs private selection settings")
     whole = _release(loaded, records, pool, {}, settings, plan, charge, executor)
-    rows = _rows(whole.noised.layers, pool, loaded) + _rows(whole.reference, pool, loaded)
+    d = loaded.adapter.geometry.head_dim
+    rows = per_head_rows(whole.noised.layers, pool, d) + per_head_rows(whole.reference, pool, d)
     seed = settings.insecure_seed
     selection = select_on_release(
         loaded,
@@ -172,12 +174,6 @@ def _release_then_choose(
         whole.layout,
         choice,
     )
-
-
-def _rows(per_layer: Mapping[int, np.ndarray], heads: HeadSet, loaded: LoadedModel) -> np.ndarray:
-    """Per-layer flat vectors ``(k_l·d,)`` of ``heads`` → rows ``(K, d)`` in the head set's order."""
-    d = loaded.adapter.geometry.head_dim
-    return np.concatenate([np.asarray(per_layer[layer]).reshape(-1, d) for layer in heads.layers])
 
 
 def _restricted(
