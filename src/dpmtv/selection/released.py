@@ -56,8 +56,6 @@ from dpmtv.selection.result import SelectionResult
 __all__ = ["RELEASED_UTILITIES", "record_utilities", "select_on_release"]
 
 RELEASED_UTILITIES = ("released-probability",)
-# records scored per cached scorer: their prefix caches are held together (memory, not values)
-RECORDS_PER_SCORER = 16
 
 
 def pool_values(rows: np.ndarray, pool: HeadSet, adapter: ModelAdapter) -> torch.Tensor:
@@ -80,37 +78,28 @@ def record_utilities(
 ) -> np.ndarray:
     """``(N, n)`` float64 in ``[0, 1]``: per record, the probability of its first answer token on
     its zero-shot question with ``values`` ``(L, H, d)`` patched into each candidate's heads (the
-    head search's cached one-token scorer, :class:`~dpmtv.selection._patching.MaskScorer`). A record
-    whose scoring fails gets a row of zeros (module docstring)."""
+    head search's cached one-token scorer, :class:`~dpmtv.selection._patching.MaskScorer`), one
+    scorer per record so that nothing of another record (not even whether its KV cache reproduced
+    the full forward) reaches its row. A record whose scoring fails gets a row of zeros."""
     masks = torch.stack([mask_of(c, adapter.geometry) for c in candidates]).float()  # (n, L, H)
     out = np.zeros((len(records), len(candidates)))
     with progress_bar("candidates on the release", len(records), enabled=progress) as advance:
-        for start in range(0, len(records), RECORDS_PER_SCORER):
-            part = records[start : start + RECORDS_PER_SCORER]
-            out[start : start + len(part)] = _scored(adapter, part, values, masks)
-            advance(len(part))
+        for index, record in enumerate(records):
+            out[index] = _probabilities(adapter, record, values, masks)
+            advance(1)
     return out
 
 
-def _scored(adapter: ModelAdapter, records: Sequence[Record], values: torch.Tensor, masks) -> np.ndarray:
+def _probabilities(adapter: ModelAdapter, record: Record, values: torch.Tensor, masks) -> np.ndarray:
+    """``(n,)``: one record's utilities; zeros when it cannot be scored (a constant: the bound holds)."""
     try:
-        return _probabilities(adapter, records, values, masks)
-    except Exception:  # noqa: BLE001 (a failing record: score each alone, zeros for the failing ones)
-        if len(records) == 1:
-            return np.zeros((1, masks.shape[0]))
-        return np.concatenate([_scored(adapter, [r], values, masks) for r in records])
-
-
-def _probabilities(
-    adapter: ModelAdapter, records: Sequence[Record], values: torch.Tensor, masks
-) -> np.ndarray:
-    scorer = MaskScorer(
-        adapter, values, [_held_out_query(adapter, r) for r in records], row_batch=masks.shape[0]
-    )
-    log_probs, _ = scorer.evaluate(masks)  # (n, R)
-    probabilities = log_probs.double().exp().T.numpy()  # (R, n)
+        scorer = MaskScorer(adapter, values, [_held_out_query(adapter, record)], row_batch=masks.shape[0])
+        log_probs, _ = scorer.evaluate(masks)  # (n, 1)
+    except Exception:  # noqa: BLE001 (any failure of one record gives the constant 0, as a failed chunk)
+        return np.zeros(masks.shape[0])
+    probabilities = log_probs[:, 0].double().exp().numpy()
     if not np.all(np.isfinite(probabilities)):
-        raise ValueError("non-finite utility")
+        return np.zeros_like(probabilities)
     return np.clip(probabilities, 0.0, 1.0)
 
 
