@@ -81,3 +81,28 @@ def test_the_loss_reaches_the_demonstrations_pass():
     # gradient of the first layer's value projection comes from the demonstrations' pass
     grad = model.model.language_model.layers[0].self_attn.v_proj.weight.grad
     assert grad is not None and grad.abs().sum() > 0
+
+
+def test_the_chunk_mean_loss_averages_disjoint_chunk_prompts_read_at_their_query():
+    """Each task's vector comes from its chunks, each its own sequence (s - 1 demonstrations and
+    the s-th image as the query), and the gradient reaches the chunks' pass."""
+    tvt = _module()
+    model = fmt.build_model(0)
+    outputs = tvt.HeadOutputs(model)
+    chunks, shots, queries = 3, 4, 2
+    batch = gen.sample_episodes(np.random.default_rng(0), 2, chunks * shots + queries, mix=gen.TRAINING_MIX)
+    seen = []
+    layer = model.model.language_model.layers[0].self_attn.o_proj
+    handle = layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape))
+    loss, hits = tvt.chunk_mean_loss(
+        model, outputs, batch, np.random.default_rng(1), chunks=chunks, shots=shots, queries=queries,
+        head_fraction=1.0,
+    )  # fmt: skip
+    handle.remove()
+    loss.backward()
+    length = fmt.episode_ids(np.zeros((1, shots - 1), dtype=np.int64), query=True).shape[1]
+    assert seen[0][:2] == (2 * chunks, length)  # one sequence per chunk, s - 1 shots and the query
+    assert hits.shape == (2, queries) and torch.isfinite(loss)
+    # every head overwritten: the first layer's value projection learns only through the chunks
+    grad = model.model.language_model.layers[0].self_attn.v_proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
