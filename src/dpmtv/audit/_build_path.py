@@ -114,11 +114,11 @@ class BuildPath:
 
     def choose(self, records: Sequence[Record], seeded: BuildSettings) -> Choices:
         """The heads and C the build's rounds choose on ``records`` with ``seeded``'s seed."""
-        layout = plan_layout(self._loaded, records, self._heads, seeded)
         heads = self._heads
-        selection = seeded.private_selection
-        if heads is None and selection is not None and selection.chooses_after_release:
+        chosen = seeded.private_selection
+        if heads is None and chosen is not None and chosen.chooses_after_release:
             return self._choose_on_release(records, seeded)
+        layout = plan_layout(self._loaded, records, self._heads, seeded)
         if heads is None:
             pool = selection_pool(seeded, self._loaded.adapter.geometry)
             selection = select_heads_privately(
