@@ -62,13 +62,15 @@ from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
 from dpmtv.selection._search import mask_of
 from dpmtv.selection.private import _held_out_query, task_chunk_scores
-from dpmtv.selection.released import RELEASED_UTILITIES
 from dpmtv.selection.result import SelectionResult
 
 __all__ = [
     "CANDIDATE_LISTS",
     "CANDIDATE_UTILITIES",
+    "CHUNK_UTILITIES",
+    "RELEASED_UTILITIES",
     "CandidateUtilities",
+    "candidate_choice",
     "candidate_head_sets",
     "candidate_totals",
     "chunk_candidate_utilities",
@@ -77,6 +79,7 @@ __all__ = [
 
 CHUNK_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
 # scored on the released pool vector instead, after the release (dpmtv.selection.released)
+RELEASED_UTILITIES = ("released-probability",)
 CANDIDATE_UTILITIES = (*CHUNK_UTILITIES, *RELEASED_UTILITIES)
 
 
@@ -253,17 +256,46 @@ def select_private_candidates(
     scores = np.rint(totals).astype(np.int64) if task.utility == "correct" else totals  # (n,)
     (picked,) = noisy_top_k(scores, k=1, epsilon=plan.epsilon_selection, rng=rng)
     del utilities, totals, scores  # private intermediates: only the noisy choice leaves
+    return candidate_choice(
+        task.candidates,
+        picked,
+        plan,
+        started=started,
+        seeded=rng is not None,
+        candidate_list=task.candidate_list,
+        pool=task.pool,
+        utility=task.utility,
+        extra={
+            **({} if task.noise_std is None else {"release_noise_std": list(task.noise_std)}),
+            "num_chunks_voting": partition.num_chunks,
+        },
+    )
+
+
+def candidate_choice(
+    candidates: Sequence[HeadSet],
+    picked: int,
+    plan: PrivateSelectionPlan,
+    *,
+    started: float,
+    seeded: bool,
+    candidate_list: str | None,
+    pool: HeadSet | None,
+    utility: str,
+    extra: dict | None = None,
+) -> SelectionResult:
+    """The result of one candidate choice (chunk utilities, or on the release): the chosen set and
+    what the artifact records of it (the claim on load re-derives the list and the event)."""
     return SelectionResult(
-        heads=task.candidates[picked],
+        heads=candidates[picked],
         method=PRIVATE_CANDIDATES_METHOD,
         metric="none",
         seconds=time.perf_counter() - started,
         details={
-            "candidates": [c.to_json() for c in task.candidates],
-            **({} if task.candidate_list is None else {"candidate_list": task.candidate_list}),
-            **({} if task.pool is None else {"pool": task.pool.to_json()}),
-            "utility": task.utility,
-            **({} if task.noise_std is None else {"release_noise_std": list(task.noise_std)}),
+            "candidates": [c.to_json() for c in candidates],
+            **({} if candidate_list is None else {"candidate_list": candidate_list}),
+            **({} if pool is None else {"pool": pool.to_json()}),
+            "utility": utility,
             "chosen": int(picked),
             "k": 1,
             "max_votes_per_chunk": 1,
@@ -271,8 +303,8 @@ def select_private_candidates(
             "selection_fraction": plan.budget.selection_fraction,
             "noise_scale": plan.noise_scale,
             "composition": plan.composition,
-            "num_chunks_voting": partition.num_chunks,
-            "sampler": "seeded-numpy-gumbel (INSECURE)" if rng is not None else "opendp-gumbel",
+            "sampler": "seeded-numpy-gumbel (INSECURE)" if seeded else "opendp-gumbel",
             "event": event_to_json(plan.event),
+            **(extra or {}),
         },
     )

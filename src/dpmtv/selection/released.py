@@ -39,23 +39,20 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from dpmtv._artifact_claim import PRIVATE_CANDIDATES_METHOD
 from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
 from dpmtv.selection._patching import MaskScorer
 from dpmtv.selection._search import mask_of
+from dpmtv.selection.candidates import RELEASED_UTILITIES, candidate_choice
 from dpmtv.selection.private import _held_out_query
 from dpmtv.selection.result import SelectionResult
 
 __all__ = ["RELEASED_UTILITIES", "record_utilities", "select_on_release"]
-
-RELEASED_UTILITIES = ("released-probability",)
 
 
 def pool_values(rows: np.ndarray, pool: HeadSet, adapter: ModelAdapter) -> torch.Tensor:
@@ -128,24 +125,13 @@ def select_on_release(
     totals = record_utilities(loaded.adapter, records, values, candidates, progress=progress).sum(axis=0)
     (picked,) = noisy_top_k(totals, k=1, epsilon=plan.epsilon_selection, rng=rng)
     del totals  # private: only the noisy choice leaves
-    return SelectionResult(
-        heads=candidates[picked],
-        method=PRIVATE_CANDIDATES_METHOD,
-        metric="none",
-        seconds=time.perf_counter() - started,
-        details={
-            "candidates": [c.to_json() for c in candidates],
-            "candidate_list": candidate_list,
-            "pool": pool.to_json(),
-            "utility": utility,
-            "chosen": int(picked),
-            "k": 1,
-            "max_votes_per_chunk": 1,
-            "epsilon_selection": plan.epsilon_selection,
-            "selection_fraction": plan.budget.selection_fraction,
-            "noise_scale": plan.noise_scale,
-            "composition": plan.composition,
-            "sampler": "seeded-numpy-gumbel (INSECURE)" if rng is not None else "opendp-gumbel",
-            "event": event_to_json(plan.event),
-        },
+    return candidate_choice(
+        candidates,
+        picked,
+        plan,
+        started=started,
+        seeded=rng is not None,
+        candidate_list=candidate_list,
+        pool=pool,
+        utility=utility,
     )
