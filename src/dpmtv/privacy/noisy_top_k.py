@@ -101,8 +101,8 @@ DEFAULT_SELECTION_FRACTION = 0.5
 # chosen on the dev set of benchmarks/private_only.py --split dev (0.3 against 0.5 there).
 DEFAULT_CANDIDATE_SELECTION_FRACTION = 0.3
 # The candidate choice on the release (dpmtv.selection.released): N utilities instead of m, so a
-# smaller share separates the candidates; fixed at 0.1 before the dev runs that then kept it
-# (benchmarks/results/private_only_dev_released.json).
+# smaller share separates the candidates; picked after one dev pair at 0.05 / 0.1 / 0.2 and kept
+# by the dev run (benchmarks/results/private_only_dev_released.json); no share sweep yet.
 DEFAULT_RELEASED_SELECTION_FRACTION = 0.1
 COMPOSITIONS = ("sequential", "parallel")
 
