@@ -41,14 +41,13 @@ from dpmtv.candidate_lists import candidate_head_sets
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import first_token_correct, task_records
 from dpmtv.heads import HeadSet
+from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.privacy.calibrate import calibrate_gaussian_noise_multiplier
 from dpmtv.privacy.events import epsilon_of, gaussian_release_event
 from dpmtv.prompts import zero_shot_prompts
-from dpmtv.selection._patching import MaskScorer
-from dpmtv.selection._search import mask_of
-from dpmtv.selection.private import _held_out_query
+from dpmtv.selection.released import pool_values, record_utilities
 
 sys.path.insert(0, str(Path(__file__).parent))
 from private_dev import DEV_SEEDS, dev_public_defaults, dev_task_names  # noqa: E402
@@ -65,26 +64,10 @@ def equivalent_epsilon(epsilon: float, selection_epsilon: float) -> float:
     return epsilon_of(gaussian_release_event(noise_multiplier=multiplier), delta=DELTA)
 
 
-def record_utilities(adapter, records, vector, candidates) -> np.ndarray:
-    """``(N, n)``: per private record, the probability of its first answer token with the released
-    pool vector patched into each candidate's heads on its zero-shot question (the head search's
-    cached one-token scorer)."""
-    geometry = adapter.geometry
-    values = torch.from_numpy(vector.values).float().reshape(geometry.num_layers, geometry.num_heads, -1)
-    masks = torch.stack([mask_of(c, geometry) for c in candidates]).float()  # (n, L, H)
-    scorer = MaskScorer(
-        adapter, values, [_held_out_query(adapter, r) for r in records], row_batch=len(candidates)
-    )
-    log_probs, _ = scorer.evaluate(masks)  # (n, N)
-    return log_probs.double().exp().T.numpy()
-
-
 def patched_accuracy(adapter, queries, answers, vector, heads: HeadSet) -> float:
+    """Test accuracy with the released pool ``vector``'s rows of ``heads`` patched in."""
     keep = [i for i, pair in enumerate(vector.heads.pairs) if pair in set(heads.pairs)]
     rows = vector.values[keep]
-    patches = {}
-    from dpmtv.hooks import layer_patches
-
     per_layer = {
         layer: rows[[j for j, i in enumerate(keep) if vector.heads.pairs[i][0] == layer]]
         for layer in heads.layers
@@ -144,7 +127,8 @@ def run(loaded, name: str, seed: int, args, defaults: dict, rng: np.random.Gener
             )
             continue
         started = time.perf_counter()
-        utilities = record_utilities(adapter, private, released, candidates)
+        values = pool_values(released.values, released.heads, adapter)
+        utilities = record_utilities(adapter, private, values, candidates)  # the package's scorer
         totals = utilities.sum(axis=0)
         seconds = time.perf_counter() - started
         exact = candidates[int(np.argmax(totals))]
