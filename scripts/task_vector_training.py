@@ -29,6 +29,8 @@ import torch.nn.functional as F
 
 from dpmtv.embedded import checkpoint_format as fmt
 
+BLANK_GREY = 127  # dpmtv.prompts.blank_image's grey, as the processor passes it on
+
 
 class HeadOutputs:
     """Forward pre-hooks on every decoder layer's ``o_proj``: ``capture`` keeps the inputs of
@@ -125,11 +127,15 @@ def chunk_mean_loss(
     shots: int,
     queries: int,
     head_fraction: float,
+    query: str = "record",
 ) -> tuple[torch.Tensor, np.ndarray]:
     """The MTV/DP-MTV read itself as a loss: each episode of ``batch`` (one task, ``chunks * shots
-    + queries`` shots) is cut into ``chunks`` disjoint prompts of ``shots`` records (``shots - 1``
-    demonstrations, the last record's image as the query: ``--query record``), each its own
-    sequence, as a DP-MTV partition reads them. ``v`` = the mean over the episode's prompts of the
+    + queries`` shots) is cut into ``chunks`` disjoint prompts of ``shots`` records, each its own
+    sequence, as a DP-MTV partition reads them: with ``query="record"`` ``shots - 1``
+    demonstrations and the last record's image as the query (``--query record``), with
+    ``"blank"`` all ``shots`` records as demonstrations and a grey image as the query (``--query
+    blank``: the last token has no query image to look up an answer for, so it can only carry
+    what the demonstrations show). ``v`` = the mean over the episode's prompts of the
     last-token ``o_proj`` inputs, then the zero-shot loss of :func:`task_vector_loss` on the
     episode's last ``queries`` shots.
 
@@ -141,8 +147,14 @@ def chunk_mean_loss(
     e, k = batch.answers.shape
     used = chunks * shots
     answers = batch.answers[:, :used].reshape(e * chunks, shots)
-    ids = torch.from_numpy(fmt.episode_ids(fmt.ANSWER_TOKEN_IDS[answers[:, :-1]], query=True))
     images = batch.images.reshape(e, k, *batch.images.shape[1:])[:, :used]
+    images = images.reshape(e * chunks, shots, *images.shape[2:])
+    if query == "blank":
+        grey = np.full((e * chunks, 1, *images.shape[2:]), BLANK_GREY, dtype=images.dtype)
+        images = np.concatenate([images, grey], axis=1)
+    else:
+        answers = answers[:, :-1]
+    ids = torch.from_numpy(fmt.episode_ids(fmt.ANSWER_TOKEN_IDS[answers], query=True))
     outputs.capturing = True
     model(
         input_ids=ids,

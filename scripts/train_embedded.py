@@ -111,6 +111,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--tv-chunk-shots", default="4,12", help="records per chunk prompt, drawn per step from MIN,MAX"
     )
     p.add_argument(
+        "--tv-chunk-query",
+        choices=("record", "blank"),
+        default="record",
+        help="each chunk prompt's query: its last record's image, or a grey image after all its records",
+    )
+    p.add_argument(
         "--tv-chunk-tokens", type=int, default=3000, help="token budget of the chunk prompts per step"
     )
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
@@ -393,6 +399,7 @@ class _Run:
             shots=shots,
             queries=args.tv_queries,
             head_fraction=args.tv_head_fraction,
+            query=args.tv_chunk_query,
         )
         return loss, hits, batch.kinds
 

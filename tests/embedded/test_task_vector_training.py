@@ -106,3 +106,35 @@ def test_the_chunk_mean_loss_averages_disjoint_chunk_prompts_read_at_their_query
     # every head overwritten: the first layer's value projection learns only through the chunks
     grad = model.model.language_model.layers[0].self_attn.v_proj.weight.grad
     assert grad is not None and grad.abs().sum() > 0
+
+
+def test_the_chunk_mean_loss_with_a_blank_query_reads_every_record_then_the_packages_blank_image():
+    """``query="blank"``: all s records are demonstrations and the query image is the one the
+    package's ``--query blank`` build shows the model (dpmtv.prompts.blank_image through the
+    processor)."""
+    from dpmtv.prompts import blank_image
+
+    tvt = _module()
+    model = fmt.build_model(0)
+    outputs = tvt.HeadOutputs(model)
+    chunks, shots, queries = 3, 4, 2
+    batch = gen.sample_episodes(np.random.default_rng(0), 2, chunks * shots + queries, mix=gen.TRAINING_MIX)
+    seen = []
+    handle = model.model.vision_tower.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    ids_seen = []
+    layer = model.model.language_model.layers[0].self_attn.o_proj
+    handle_ids = layer.register_forward_pre_hook(lambda _m, args: ids_seen.append(args[0].shape))
+    loss, _ = tvt.chunk_mean_loss(
+        model, outputs, batch, np.random.default_rng(1), chunks=chunks, shots=shots, queries=queries,
+        head_fraction=0.5, query="blank",
+    )  # fmt: skip
+    handle.remove()
+    handle_ids.remove()
+    length = fmt.episode_ids(np.zeros((1, shots), dtype=np.int64), query=True).shape[1]
+    assert ids_seen[0][:2] == (2 * chunks, length)  # s demonstrations and the query
+    pixels = seen[0].reshape(2 * chunks, shots + 1, *seen[0].shape[1:])
+    blank = fmt.build_processor().image_processor(blank_image(), return_tensors="pt")["pixel_values"][0]
+    torch.testing.assert_close(pixels[:, -1], blank.expand_as(pixels[:, -1]), atol=1e-6, rtol=0)
+    first_records = fmt.pixels_from_uint8(batch.images[:shots])
+    torch.testing.assert_close(pixels[0, :shots], first_records)
+    assert torch.isfinite(loss)
