@@ -125,7 +125,11 @@ def build_processor(tokenizer: PreTrainedTokenizerFast | None = None) -> LlavaPr
     )
 
 
-def build_config(max_position_embeddings: int = 1024) -> LlavaConfig:
+def build_config(
+    max_position_embeddings: int = 1024, *, text_width: int = 128, text_layers: int = 4
+) -> LlavaConfig:
+    """The embedded model's configuration; ``text_width`` and ``text_layers`` size the language
+    model (8 heads, width/8 each; the shipped model is 128 x 4)."""
     vision = CLIPVisionConfig(
         hidden_size=64,
         intermediate_size=256,
@@ -138,12 +142,12 @@ def build_config(max_position_embeddings: int = 1024) -> LlavaConfig:
     )
     text = LlamaConfig(
         vocab_size=len(VOCAB),
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
+        hidden_size=text_width,
+        intermediate_size=4 * text_width,
+        num_hidden_layers=text_layers,
         num_attention_heads=8,
         num_key_value_heads=8,
-        head_dim=16,
+        head_dim=text_width // 8,
         max_position_embeddings=max_position_embeddings,
         rope_theta=10000.0,
         tie_word_embeddings=True,
@@ -163,9 +167,10 @@ def build_config(max_position_embeddings: int = 1024) -> LlavaConfig:
     )
 
 
-def build_model(seed: int = 0) -> LlavaForConditionalGeneration:
+def build_model(seed: int = 0, **size: int) -> LlavaForConditionalGeneration:
+    """A randomly initialised embedded model (``size``: :func:`build_config`'s keywords)."""
     torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(build_config())
+    model = LlavaForConditionalGeneration(build_config(**size))
     gen = model.generation_config
     gen.bos_token_id, gen.eos_token_id, gen.pad_token_id = BOS_ID, EOS_ID, PAD_ID
     gen.do_sample = False
