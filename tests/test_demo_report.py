@@ -94,3 +94,21 @@ def test_summary_json_has_no_nan():
     text = json.dumps(_without_nan(meta))
     json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
     assert json.loads(text)["rows"] == [None, 1.0]
+
+
+def test_the_reports_command_names_a_checkpoint_override(monkeypatch):
+    """A demo on another checkpoint says so in the command its reports give to reproduce it."""
+    from dpmtv.demo import command_line
+    from dpmtv.demo.config import default_config
+    from dpmtv.embedded import CHECKPOINT_ENV
+
+    monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
+    assert command_line(default_config(quick=True)) == "dpmtv demo --quick"
+    monkeypatch.setenv(CHECKPOINT_ENV, "/models/my retrained")
+    assert (
+        command_line(default_config(quick=True))
+        == f"{CHECKPOINT_ENV}='/models/my retrained' dpmtv demo --quick"
+    )
+    assert command_line(default_config(quick=False)).startswith(
+        f"{CHECKPOINT_ENV}='/models/my retrained' dpmtv demo"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +16,7 @@ from dpmtv._atomic import save_figure_atomically, write_text_atomically
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
 from dpmtv.demo.recognition import GROUP_TITLES, summarise_deciding
 from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, pct, per_task_markdown
+from dpmtv.embedded import CHECKPOINT_ENV
 from dpmtv.eval.stats import t_interval
 
 
@@ -148,11 +150,14 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
 
 
 def command_line(config: DemoConfig) -> str:
-    """The ``dpmtv demo`` invocation that reproduces ``config`` (for the reports)."""
+    """The ``dpmtv demo`` invocation that reproduces ``config`` (for the reports), with the
+    checkpoint override when one is set (the reports then describe another model)."""
+    override = os.environ.get(CHECKPOINT_ENV)
+    demo = f"{CHECKPOINT_ENV}={shlex.quote(override)} dpmtv demo" if override else "dpmtv demo"
     if config == default_config(quick=True):
-        return "dpmtv demo --quick"
+        return f"{demo} --quick"
     full = default_config(quick=False)
-    parts = ["dpmtv demo"]
+    parts = [demo]
     if config.records_per_task != full.records_per_task:
         parts.append(f"--records-per-task {config.records_per_task}")
     if config.shots_per_chunk != full.shots_per_chunk:
