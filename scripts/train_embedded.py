@@ -117,6 +117,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="each chunk prompt's query: its last record's image, or a grey image after all its records",
     )
     p.add_argument(
+        "--tv-chunk-mix",
+        default=None,
+        help="episode groups of the chunk-mean loss, as --mix (default: --mix)",
+    )
+    p.add_argument(
         "--tv-chunk-tokens", type=int, default=3000, help="token budget of the chunk prompts per step"
     )
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
@@ -296,6 +301,7 @@ class _Run:
 
     def __init__(self, args, out: Path, mix: dict):
         self.args, self.out, self.mix = args, out, mix
+        self.chunk_mix = parse_mix(args.tv_chunk_mix) if args.tv_chunk_mix else mix
         self.log_path = out / "train_log.jsonl"
         self.log_path.write_text("")
         self.model = fmt.build_model(args.seed)
@@ -388,7 +394,7 @@ class _Run:
         shots = int(self.tv_rng.integers(low, high + 1))
         tasks = max(1, args.tv_chunk_tokens // (args.tv_chunks * (shots * fmt.TOKENS_PER_SHOT + 1)))
         batch = gen.sample_episodes(
-            self.tv_rng, tasks, args.tv_chunks * shots + args.tv_queries, mix=self.mix
+            self.tv_rng, tasks, args.tv_chunks * shots + args.tv_queries, mix=self.chunk_mix
         )
         loss, hits = tvt.chunk_mean_loss(
             self.model,
@@ -497,7 +503,7 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
             running["chunk_tv_loss"].append(chunk_tv[0].item())
             _record_accuracy(
                 running, chunk_tv[1], [f"chunk_tv_{kind}" for kind in chunk_tv[2]],
-                {f"chunk_tv_{kind}": 1 for kind in mix}, 1,
+                {f"chunk_tv_{kind}": 1 for kind in run.chunk_mix}, 1,
             )  # fmt: skip
         now = time.monotonic()
         if bar is not None:
@@ -556,10 +562,15 @@ def _finish(run: _Run, eval_set, step: int, start: float, summary_base: dict) ->
     return summary
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    """``naming=0.1,single=0.9`` -> ``{"naming": 0.1, "single": 0.9}``."""
+    return {k: float(v) for k, v in (item.split("=") for item in text.split(","))}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     command = _command(argv)
-    mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
+    mix = parse_mix(args.mix)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
