@@ -83,26 +83,39 @@ def test_the_loss_reaches_the_demonstrations_pass():
     assert grad is not None and grad.abs().sum() > 0
 
 
-def test_the_chunk_mean_loss_averages_disjoint_chunk_prompts_read_at_their_query():
-    """Each task's vector comes from its chunks, each its own sequence (s - 1 demonstrations and
-    the s-th image as the query), and the gradient reaches the chunks' pass."""
+CHUNKS, SHOTS, QUERIES = 3, 4, 2
+
+
+def _chunk_mean_run(query: str, head_fraction: float):
+    """One chunk-mean loss on 2 tasks; returns the model, batch, loss, hits, the first layer's
+    ``o_proj`` input shape and the pixels the vision tower saw in the chunks' pass."""
     tvt = _module()
     model = fmt.build_model(0)
     outputs = tvt.HeadOutputs(model)
-    chunks, shots, queries = 3, 4, 2
-    batch = gen.sample_episodes(np.random.default_rng(0), 2, chunks * shots + queries, mix=gen.TRAINING_MIX)
-    seen = []
+    batch = gen.sample_episodes(np.random.default_rng(0), 2, CHUNKS * SHOTS + QUERIES, mix=gen.TRAINING_MIX)
+    shapes, pixels = [], []
     layer = model.model.language_model.layers[0].self_attn.o_proj
-    handle = layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape))
+    handles = [
+        layer.register_forward_pre_hook(lambda _m, args: shapes.append(args[0].shape)),
+        model.model.vision_tower.register_forward_pre_hook(lambda _m, args: pixels.append(args[0])),
+    ]
     loss, hits = tvt.chunk_mean_loss(
-        model, outputs, batch, np.random.default_rng(1), chunks=chunks, shots=shots, queries=queries,
-        head_fraction=1.0,
+        model, outputs, batch, np.random.default_rng(1), chunks=CHUNKS, shots=SHOTS, queries=QUERIES,
+        head_fraction=head_fraction, query=query,
     )  # fmt: skip
-    handle.remove()
+    for handle in handles:
+        handle.remove()
+    return model, batch, loss, hits, shapes[0], pixels[0]
+
+
+def test_the_chunk_mean_loss_averages_disjoint_chunk_prompts_read_at_their_query():
+    """Each task's vector comes from its chunks, each its own sequence (s - 1 demonstrations and
+    the s-th image as the query), and the gradient reaches the chunks' pass."""
+    model, _, loss, hits, shape, _ = _chunk_mean_run("record", head_fraction=1.0)
     loss.backward()
-    length = fmt.episode_ids(np.zeros((1, shots - 1), dtype=np.int64), query=True).shape[1]
-    assert seen[0][:2] == (2 * chunks, length)  # one sequence per chunk, s - 1 shots and the query
-    assert hits.shape == (2, queries) and torch.isfinite(loss)
+    length = fmt.episode_ids(np.zeros((1, SHOTS - 1), dtype=np.int64), query=True).shape[1]
+    assert shape[:2] == (2 * CHUNKS, length)  # one sequence per chunk, s - 1 shots and the query
+    assert hits.shape == (2, QUERIES) and torch.isfinite(loss)
     # every head overwritten: the first layer's value projection learns only through the chunks
     grad = model.model.language_model.layers[0].self_attn.v_proj.weight.grad
     assert grad is not None and grad.abs().sum() > 0
@@ -114,27 +127,11 @@ def test_the_chunk_mean_loss_with_a_blank_query_reads_every_record_then_the_pack
     processor)."""
     from dpmtv.prompts import blank_image
 
-    tvt = _module()
-    model = fmt.build_model(0)
-    outputs = tvt.HeadOutputs(model)
-    chunks, shots, queries = 3, 4, 2
-    batch = gen.sample_episodes(np.random.default_rng(0), 2, chunks * shots + queries, mix=gen.TRAINING_MIX)
-    seen = []
-    handle = model.model.vision_tower.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
-    ids_seen = []
-    layer = model.model.language_model.layers[0].self_attn.o_proj
-    handle_ids = layer.register_forward_pre_hook(lambda _m, args: ids_seen.append(args[0].shape))
-    loss, _ = tvt.chunk_mean_loss(
-        model, outputs, batch, np.random.default_rng(1), chunks=chunks, shots=shots, queries=queries,
-        head_fraction=0.5, query="blank",
-    )  # fmt: skip
-    handle.remove()
-    handle_ids.remove()
-    length = fmt.episode_ids(np.zeros((1, shots), dtype=np.int64), query=True).shape[1]
-    assert ids_seen[0][:2] == (2 * chunks, length)  # s demonstrations and the query
-    pixels = seen[0].reshape(2 * chunks, shots + 1, *seen[0].shape[1:])
+    _, batch, loss, _, shape, seen = _chunk_mean_run("blank", head_fraction=0.5)
+    length = fmt.episode_ids(np.zeros((1, SHOTS), dtype=np.int64), query=True).shape[1]
+    assert shape[:2] == (2 * CHUNKS, length)  # s demonstrations and the query
+    pixels = seen.reshape(2 * CHUNKS, SHOTS + 1, *seen.shape[1:])
     blank = fmt.build_processor().image_processor(blank_image(), return_tensors="pt")["pixel_values"][0]
     torch.testing.assert_close(pixels[:, -1], blank.expand_as(pixels[:, -1]), atol=1e-6, rtol=0)
-    first_records = fmt.pixels_from_uint8(batch.images[:shots])
-    torch.testing.assert_close(pixels[0, :shots], first_records)
+    torch.testing.assert_close(pixels[0, :SHOTS], fmt.pixels_from_uint8(batch.images[:SHOTS]))
     assert torch.isfinite(loss)
