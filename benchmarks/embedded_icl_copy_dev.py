@@ -36,12 +36,11 @@ from dpmtv.models.loading import load_model
 NUM_TRAIN = 2048
 
 
-def split_rows(loaded, task, seed: int, shots: int, test_queries: int) -> list[dict]:
-    """One row per deciding-cell test query of ``task`` at ``seed`` (the ceiling pooled over the
+def split_rows(loaded, task, ceiling, seed: int, shots: int, test_queries: int) -> list[dict]:
+    """One row per deciding-cell test query of ``task`` at ``seed`` (``ceiling`` pooled over the
     dev seeds' test queries, as the demo's): shown or not, and whether zero-shot and ICL answered
     it right."""
     test_codes = task_codes(task, test_queries, seed=seed, split="test")
-    ceiling = run_ceiling(task, DEV_SEEDS, test_queries)
     benchmark = embedded_benchmark(
         task, seed=seed, num_train=NUM_TRAIN, num_test=test_queries, ceiling=ceiling
     )
@@ -93,11 +92,12 @@ def main() -> None:
     loaded = load_model(args.checkpoint)
     started = time.time()
     tasks = [t for t in dev_tasks() if t.is_predicate]
+    ceilings = {t.name: run_ceiling(t, DEV_SEEDS, args.test_queries) for t in tasks}
     rows = [
         row
         for seed in DEV_SEEDS
         for t in tasks
-        for row in split_rows(loaded, t, seed, args.shots, args.test_queries)
+        for row in split_rows(loaded, t, ceilings[t.name], seed, args.shots, args.test_queries)
     ]
     methods = ["zero-shot", f"icl:{args.shots}"]
     record = {

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from dpmtv.embedded import checkpoint_format as fmt
-
-BLANK_GREY = 127  # dpmtv.prompts.blank_image's grey, as the processor passes it on
+from dpmtv.embedded.render import IMAGE_SIZE
+from dpmtv.prompts import blank_image
 
 
 class HeadOutputs:
@@ -150,8 +150,8 @@ def chunk_mean_loss(
     images = batch.images.reshape(e, k, *batch.images.shape[1:])[:, :used]
     images = images.reshape(e * chunks, shots, *images.shape[2:])
     if query == "blank":
-        grey = np.full((e * chunks, 1, *images.shape[2:]), BLANK_GREY, dtype=images.dtype)
-        images = np.concatenate([images, grey], axis=1)
+        blank = np.asarray(blank_image((IMAGE_SIZE, IMAGE_SIZE)), dtype=images.dtype)  # the build's query
+        images = np.concatenate([images, np.broadcast_to(blank, (e * chunks, 1, *blank.shape))], axis=1)
     else:
         answers = answers[:, :-1]
     ids = torch.from_numpy(fmt.episode_ids(fmt.ANSWER_TOKEN_IDS[answers], query=True))

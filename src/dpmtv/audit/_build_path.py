@@ -118,7 +118,7 @@ class BuildPath:
         chosen = seeded.private_selection
         if heads is None and chosen is not None and chosen.chooses_after_release:
             return self._choose_on_release(records, seeded)
-        layout = plan_layout(self._loaded, records, self._heads, seeded)
+        layout = plan_layout(self._loaded, records, heads, seeded)
         if heads is None:
             pool = selection_pool(seeded, self._loaded.adapter.geometry)
             selection = select_heads_privately(
