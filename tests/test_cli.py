@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpmtv.cli import main
+from dpmtv.embedded.bayes import LEARNERS, RECOGNISER
 
 
 @pytest.fixture
@@ -173,6 +174,12 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
     ceiling = summary["per_task"]["is_green"]["ceiling"]
     assert 0 < ceiling["accuracy"] < 1 and not summary["per_task"]["is_green"]["trained"]
     assert all(r["deciding_count"] == 0 for r in rows if not r["held_out"])  # a trained table decides nothing
+    references = summary["demonstration_references"]["held_out"]  # Bayes learners, same demos as ICL
+    assert [r["method"] for r in references] == list(LEARNERS)
+    assert all(0 <= r["accuracy"] <= 1 for r in references)
+    assert summary["per_task"]["is_green"]["methods"][RECOGNISER]["deciding_count"] == sum(
+        r["deciding_count"] for r in rows if r["task"] == "is_green" and r["method"] == "zero-shot"
+    )
     assert [r["method"] for r in summary["icl_by_shots"]["held_out"]] == [
         f"icl-{k} (non-private)" for k in (1, 4, 16, 64)
     ]

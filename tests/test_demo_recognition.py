@@ -10,6 +10,7 @@ import pytest
 from dpmtv.data.records import Record
 from dpmtv.demo.recognition import per_task_table, summarise_deciding, task_group
 from dpmtv.demo.report_tasks import rule_json
+from dpmtv.embedded import bayes
 from dpmtv.embedded import generator as gen
 from dpmtv.errors import ParameterError
 from dpmtv.eval.benchmarks.embedded import EmbeddedScorer
@@ -58,6 +59,7 @@ def test_per_task_table_and_json_entry():
         _row("r", 0, "icl-16 (non-private)", [1, 1, 0], [1, 0, 0]),
         _row("r", 0, "mtv (non-private)", [1, 0, 1], [1, 0, 0]),
         _row("r", 0, "dp-mtv", [0, 0, 1], [1, 0, 0], epsilon=1.0),
+        _row("r", 0, bayes.GRAMMAR, [1, 1, 1], [1, 0, 0]),
     ]
     rows[1]["demos_with_deciding_cell"] = 0.25
     shot_rows = [_row("r", 0, f"icl-{k} (non-private)", [1, 0], [1, 1]) for k in (1, 4, 64)]
@@ -73,6 +75,7 @@ def test_per_task_table_and_json_entry():
     assert deciding["count"] == 1 and deciding["zero_shot"] == 0.0 and deciding["icl"]["16"] == 1.0
     assert deciding["dp_mtv"] == {"1": 0.0} and deciding["icl"]["64"] == 0.5
     assert entry["icl_prompts_with_deciding_demo"] == 0.25
+    assert entry["bayes"] == {"rule grammar": 1.0} and deciding["bayes"] == {"rule grammar": 1.0}
 
 
 def test_typed_rules_say_whether_training_drew_their_table():

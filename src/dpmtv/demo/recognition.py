@@ -12,19 +12,57 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpmtv.embedded import bayes
 from dpmtv.embedded.generator import Task
 from dpmtv.embedded.recognition import Ceiling, recognition_ceiling
 from dpmtv.embedded.suite import task_codes
+from dpmtv.embedded.world import combo_index
 from dpmtv.eval.benchmarks.embedded import GROUP_TITLES, task_group
+from dpmtv.eval.methods import icl_demonstrations
 from dpmtv.eval.stats import t_interval
 
-__all__ = ["GROUP_TITLES", "per_task_table", "run_ceiling", "summarise_deciding", "task_group"]
+__all__ = [
+    "GROUP_TITLES",
+    "per_task_table",
+    "reference_rows",
+    "run_ceiling",
+    "summarise_deciding",
+    "task_group",
+]
 
 
 def run_ceiling(task: Task, seeds, test_queries: int) -> Ceiling:
     """The task's ceiling on its test queries of every seed of the run, pooled."""
     codes = np.concatenate([task_codes(task, test_queries, seed=s, split="test") for s in seeds])
     return recognition_ceiling(task, codes)
+
+
+def reference_rows(task: Task, group: str, ceiling: Ceiling, config) -> list[dict]:
+    """Rows like the methods' for the Bayes-optimal learners of :mod:`dpmtv.embedded.bayes`
+    (predicate tasks): per seed, each learner's answers to the test queries given the very
+    demonstrations ``icl:K`` shows each query (same records, same draw), on all and deciding-cell
+    queries. No model runs: what the demonstrations could teach, to read ICL and MTV against."""
+    rows, truth = [], task.truth
+    for seed in config.seeds:
+        train_rows = combo_index(task_codes(task, config.records_per_task, seed=seed, split="private"))
+        test_rows = combo_index(task_codes(task, config.test_queries, seed=seed, split="test"))
+        picks = icl_demonstrations(config.records_per_task, config.test_queries, config.icl_shots, seed)
+        demo_rows = np.stack([train_rows[p] for p in picks])
+        deciding = np.isin(test_rows, ceiling.deciding_rows)
+        for learner in bayes.LEARNERS:
+            scores = bayes.correct(learner, demo_rows, truth[demo_rows], test_rows, truth[test_rows])
+            rows.append({
+                "method": learner,
+                "task": task.name,
+                "group": group,
+                "held_out": task.held_out,
+                "epsilon": None,
+                "seed": seed,
+                "accuracy": float(scores.mean()),
+                "deciding_accuracy": float(scores[deciding].mean()) if deciding.any() else None,
+                "deciding_count": int(deciding.sum()),
+            })  # fmt: skip
+    return rows
 
 
 def summarise_deciding(rows: list[dict], seeds) -> dict:

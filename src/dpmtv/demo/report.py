@@ -16,7 +16,7 @@ from dpmtv._atomic import save_figure_atomically, write_text_atomically
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
 from dpmtv.demo.recognition import GROUP_TITLES, summarise_deciding
 from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, pct, per_task_markdown
-from dpmtv.embedded import CHECKPOINT_ENV
+from dpmtv.embedded import CHECKPOINT_ENV, bayes
 from dpmtv.eval.stats import t_interval
 
 
@@ -72,7 +72,9 @@ def summarise_groups(rows: list[dict], config: DemoConfig) -> dict[str, list[dic
 
 def _order(method: str) -> int:
     return next(
-        i for i, prefix in enumerate(("zero-shot", "icl", "mtv", "dp-mtv")) if method.startswith(prefix)
+        i
+        for i, prefix in enumerate(("zero-shot", "icl", "mtv", "dp-mtv", *bayes.LEARNERS))
+        if method.startswith(prefix)
     )
 
 
@@ -121,7 +123,9 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator != 0 and not math.isnan(denominator) else math.nan
 
 
-def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task) -> None:
+def write_outputs(
+    out, rows, summary, shots, config, releases, artifact, seconds, per_task, references=None
+) -> None:
     write_text_atomically(out / "results.json", json.dumps(rows, indent=1) + "\n")
     groups = {g: list(dict.fromkeys(r["task"] for r in rows if r["group"] == g)) for g in GROUP_TITLES}
     meta = {
@@ -133,6 +137,7 @@ def write_outputs(out, rows, summary, shots, config, releases, artifact, seconds
         "summary": summary,
         "per_task": per_task,
         "icl_by_shots": shots,
+        "demonstration_references": references or {},
         "seconds": round(seconds, 1),
         "artifact": str(artifact),
         "command": command_line(config),
@@ -188,7 +193,7 @@ def _markdown(summary, shots, config, meta) -> str:
         f"(m = {m}); {config.test_queries} test images per task; δ = {config.delta:g}. Accuracy = mean "
         "over tasks, then mean ± 95% t-interval over seeds [min–max over seeds].",
         "",
-        *deciding_lines(summary, meta["per_task"]),
+        *deciding_lines(summary, meta["per_task"], meta["demonstration_references"]),
         "",
         RERUN_NOTE,
         "",
@@ -358,7 +363,9 @@ def _icl_shots(row: dict) -> int:
     return int(row["method"].split()[0].removeprefix("icl-"))
 
 
-def print_summary(console, summary, config, releases, num_chunks, artifact, per_task) -> None:
+def print_summary(
+    console, summary, config, releases, num_chunks, artifact, per_task, references=None
+) -> None:
     groups = list(summary)
     count = len(per_task)
     table = Table(title=f"dpmtv demo — embedded model, {count} tasks × {len(config.seeds)} seeds")
@@ -379,7 +386,7 @@ def print_summary(console, summary, config, releases, num_chunks, artifact, per_
                 f"{GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {pct(kept['of_icl_gain'])} of the ICL gain over "
                 f"zero-shot ({pct(kept['of_mtv_gain'])} of MTV's)."
             )
-    for line in deciding_lines(summary, per_task):
+    for line in deciding_lines(summary, per_task, references or {}):
         console.print(line, highlight=False)
     name, first = next(iter(releases.items()))
     sigmas = first["noise_std"]

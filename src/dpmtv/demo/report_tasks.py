@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dpmtv._atomic import write_text_atomically
 from dpmtv.demo.recognition import GROUP_TITLES
+from dpmtv.embedded import bayes
 
 _HEADLINE = (("zero-shot", None, "zero-shot"), ("icl-16", None, "ICL-16"), ("mtv", None, "MTV"))
 
@@ -25,8 +26,12 @@ def _fmt(value) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
-def deciding_lines(summary: dict[str, list[dict]], per_task: dict[str, dict]) -> list[str]:
-    """The headline per non-seen group: deciding-cell accuracy next to the recognition ceiling."""
+def deciding_lines(
+    summary: dict[str, list[dict]], per_task: dict[str, dict], references: dict[str, list[dict]]
+) -> list[str]:
+    """The headline per non-seen group: deciding-cell accuracy next to the recognition ceiling,
+    then what Bayes-optimal answers to the same demonstrations score (``references``, the
+    summaries of :func:`dpmtv.demo.recognition.reference_rows`)."""
     lines = []
     for group, rows in summary.items():
         if group == "seen":
@@ -46,7 +51,30 @@ def deciding_lines(summary: dict[str, list[dict]], per_task: dict[str, dict]) ->
             f"(mean over tasks: the best trained table's accuracy); on the {count} deciding-cell "
             "queries (where that table answers wrong): " + ", ".join(parts) + "."
         )
+        if references.get(group):
+            learned = ", ".join(
+                f"over the {_LEARNER_WORDS[r['method']]} {_fmt(r.get('deciding_accuracy'))} "
+                f"(all {r['accuracy']:.3f})"
+                for r in references[group]
+            )
+            lines.append(
+                f"Bayes-optimal answers to the same {_icl_shots(summary[group])} demonstrations (no model) "
+                f"on those queries, with a uniform prior {learned}. A model above the first has learned "
+                "what recognising a trained rule from the demonstrations cannot explain."
+            )
     return lines
+
+
+_LEARNER_WORDS = {
+    bayes.RECOGNISER: "trained tables",
+    bayes.SHAPES: "tables of the trained shapes",
+    bayes.GRAMMAR: "tables of the whole rule grammar",
+}
+
+
+def _icl_shots(rows: list[dict]) -> str:
+    icl = _find(rows, "icl-")
+    return icl["method"].split()[0].removeprefix("icl-") if icl else "ICL"
 
 
 def deciding_markdown(summary: dict[str, list[dict]], kept: dict[str, dict]) -> list[str]:
@@ -89,16 +117,26 @@ def per_task_markdown(per_task: dict[str, dict], config) -> list[str]:
     """One line per held-out task or typed rule: ceiling, deciding cells, and each method's
     accuracy on all / deciding-cell queries."""
     eps = 1.0 if 1.0 in config.epsilons else config.epsilons[0]
-    keys = ("zero-shot", f"icl-{config.icl_shots} (non-private)", "mtv (non-private)", f"dp-mtv@{eps:g}")
+    keys = (
+        "zero-shot",
+        f"icl-{config.icl_shots} (non-private)",
+        "mtv (non-private)",
+        f"dp-mtv@{eps:g}",
+        *bayes.LEARNERS,
+    )
     lines = [
         "",
         "Per task (not seen in training): the recognition ceiling (best trained table, its accuracy on "
         "the test queries), its deciding cells, the share of ICL-16 prompts whose demonstrations show "
-        "one, and accuracy on all / deciding-cell queries:",
+        "one, and accuracy on all / deciding-cell queries; the last three columns are no model but "
+        f"Bayes-optimal answers to the same {config.icl_shots} demonstrations (`dpmtv.embedded.bayes`: "
+        "a uniform prior over the trained tables, over every table of the trained rule shapes, or over "
+        "every table of the rule grammar):",
         "",
         f"| task | trained | ceiling | deciding cells | deciding queries | ICL prompts with one | "
-        f"zero-shot | ICL-{config.icl_shots} | MTV | DP-MTV ε = {eps:g} |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"zero-shot | ICL-{config.icl_shots} | MTV | DP-MTV ε = {eps:g} | Bayes: trained tables | "
+        "Bayes: trained shapes | Bayes: rule grammar |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, t in per_task.items():
         if t["group"] == "seen":
@@ -131,6 +169,7 @@ def rule_json(name: str, record: dict) -> dict:
             "icl": icl,
             "mtv": methods.get("mtv (non-private)", {}).get(key),
             "dp_mtv": {k.split("@")[1]: v[key] for k, v in methods.items() if k.startswith("dp-mtv@")},
+            "bayes": {k.removeprefix("bayes: "): v[key] for k, v in methods.items() if k in bayes.LEARNERS},
         }
 
     count = methods.get("zero-shot", {}).get("deciding_count", 0)

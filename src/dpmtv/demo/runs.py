@@ -23,7 +23,7 @@ from rich.console import Console
 from dpmtv._progress import progress_bar
 from dpmtv.demo.config import DemoConfig, chunk_tokens, default_config, eval_settings
 from dpmtv.demo.parallel import collect, resolve_demo_workers, submit_runs
-from dpmtv.demo.recognition import per_task_table, run_ceiling
+from dpmtv.demo.recognition import per_task_table, reference_rows, run_ceiling
 from dpmtv.demo.report import print_summary, summarise_groups, write_outputs
 from dpmtv.embedded.generator import Task, get_task, rule_task
 from dpmtv.embedded.recognition import Ceiling
@@ -86,14 +86,21 @@ def run_demo(
     for (_, name), (_, release, _) in zip(units, results, strict=True):
         releases.setdefault(name, release)
     recognition = {name: recognition_record(tasks[name], c) for name, c in ceilings.items()}
-    per_task = per_task_table(rows, shot_rows, recognition)
+    references = [
+        row
+        for name, task in tasks.items()
+        if task.is_predicate
+        for row in reference_rows(task, task_group(task, typed=name in config.rules), ceilings[name], config)
+    ]
+    per_task = per_task_table(rows + references, shot_rows, recognition)
     summary = summarise_groups(rows, config)
+    reference_summary = summarise_groups(references, config)
     shots = summarise_groups(shot_rows, config)
     seconds = time.perf_counter() - started
-    write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task)
+    write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task, reference_summary)
     num_chunks = config.records_per_task // config.shots_per_chunk
-    print_summary(console, summary, config, releases, num_chunks, artifact, per_task)
-    return {**summary, "per_task": per_task}
+    print_summary(console, summary, config, releases, num_chunks, artifact, per_task, reference_summary)
+    return {**summary, "per_task": per_task, "references": reference_summary}
 
 
 @dataclass(frozen=True)
