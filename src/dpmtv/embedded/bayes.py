@@ -11,9 +11,10 @@ fewest disagreements (the limit of a likelihood with a vanishing error rate); a 
 several such nearest tables can then answer cells none of them gets right alone, so on held-out
 tasks the trained-tables learner is a generous reference for recognition, not a strict one.
 
-- :data:`RECOGNISER`: the **trained** tables only (:func:`dpmtv.embedded.rulespace.trained`): the
-  best any model that fits its training distribution exactly can do; a model above it on a
-  held-out task's deciding cells has learned more than which trained rule is meant.
+- :data:`RECOGNISER`: the **trained** tables only (:func:`dpmtv.embedded.rulespace.trained`):
+  roughly what a model that fits its training distribution exactly would answer (training weighs
+  its tables by episode group and rule name, not uniformly); a model above it on a held-out
+  task's deciding cells has learned more than which trained rule is meant.
 - :data:`SHAPES`: every table of the **trained shapes**, the tables the hold-out keeps from them
   included: a learner that generalised perfectly within the rule shapes training drew from, but
   knows nothing of the shapes it never drew (3-way parity, ``(a and b) or c``).
