@@ -28,11 +28,9 @@ import torch
 from embedded_selection_dev import DEV_SEEDS, dev_tasks
 
 from dpmtv._atomic import write_text_atomically
-from dpmtv.demo.recognition import run_ceiling
-from dpmtv.embedded.suite import task_codes
-from dpmtv.embedded.world import combo_index
+from dpmtv.demo.recognition import icl_cells, run_ceiling
 from dpmtv.eval.benchmarks.embedded import embedded_benchmark
-from dpmtv.eval.methods import EvalSettings, icl_demonstrations, parse_methods
+from dpmtv.eval.methods import EvalSettings, parse_methods
 from dpmtv.eval.runner import run_evaluation
 from dpmtv.models.loading import load_model
 
@@ -43,13 +41,10 @@ def split_rows(loaded, task, ceiling, seed: int, shots: int, test_queries: int) 
     """One row per deciding-cell test query of ``task`` at ``seed`` (``ceiling`` pooled over the
     dev seeds' test queries, as the demo's): shown or not, and whether zero-shot and ICL answered
     it right."""
-    test_codes = task_codes(task, test_queries, seed=seed, split="test")
     benchmark = embedded_benchmark(
         task, seed=seed, num_train=NUM_TRAIN, num_test=test_queries, ceiling=ceiling
     )
-    train_rows = combo_index(task_codes(task, NUM_TRAIN, seed=seed, split="private"))
-    test_rows = combo_index(test_codes)
-    picks = icl_demonstrations(NUM_TRAIN, test_queries, shots, seed)
+    demo_rows, test_rows = icl_cells(task, seed, NUM_TRAIN, test_queries, shots)
     settings = EvalSettings(
         methods=parse_methods(f"zero-shot,icl:{shots}"), seeds=(seed,), max_new_tokens=1,
         batch_size=32, allow_non_private=True, progress=False,
@@ -65,7 +60,7 @@ def split_rows(loaded, task, ceiling, seed: int, shots: int, test_queries: int) 
         rows.append({
             "task": task.name,
             "seed": seed,
-            "shown": bool(np.isin(test_rows[i], train_rows[picks[i]])),
+            "shown": bool(np.isin(test_rows[i], demo_rows[i])),
             **{m: scorer.score(record, r.predictions[i])["accuracy"] for m, r in runs.items()},
         })  # fmt: skip
     return rows

@@ -27,12 +27,9 @@ import numpy as np
 
 from dpmtv._atomic import write_text_atomically
 from dpmtv.demo.config import default_config
-from dpmtv.demo.recognition import run_ceiling
+from dpmtv.demo.recognition import icl_cells, run_ceiling
 from dpmtv.embedded import bayes
 from dpmtv.embedded.generator import HELD_OUT_TASKS, get_task, task_suite
-from dpmtv.embedded.suite import task_codes
-from dpmtv.embedded.world import combo_index
-from dpmtv.eval.methods import icl_demonstrations
 
 NUM_TRAIN = 2048
 LEARNERS = bayes.LEARNERS
@@ -40,9 +37,7 @@ LEARNERS = bayes.LEARNERS
 
 def task_rows(task, seed: int, shots: int, test_queries: int, ceiling) -> list[dict]:
     """One row per test query: deciding or not, shown or not, and every learner's score."""
-    train_rows = combo_index(task_codes(task, NUM_TRAIN, seed=seed, split="private"))
-    test_rows = combo_index(task_codes(task, test_queries, seed=seed, split="test"))
-    demo_rows = np.stack([train_rows[p] for p in icl_demonstrations(NUM_TRAIN, test_queries, shots, seed)])
+    demo_rows, test_rows = icl_cells(task, seed, NUM_TRAIN, test_queries, shots)
     scores = {
         learner: bayes.correct(learner, demo_rows, task.truth[demo_rows], test_rows, task.truth[test_rows])
         for learner in LEARNERS
@@ -66,10 +61,11 @@ def label_map_shown(task, seeds, shots: int, test_queries: int) -> float:
     known: any of the unused nonce words)."""
     shown = []
     for seed in seeds:
-        train = task.table[combo_index(task_codes(task, NUM_TRAIN, seed=seed, split="private"))]
-        test = task.table[combo_index(task_codes(task, test_queries, seed=seed, split="test"))]
-        picks = icl_demonstrations(NUM_TRAIN, test_queries, shots, seed)
-        shown += [bool(np.isin(word, train[p])) for word, p in zip(test, picks, strict=True)]
+        demo_rows, test_rows = icl_cells(task, seed, NUM_TRAIN, test_queries, shots)
+        words, demo_words = task.table[test_rows], task.table[demo_rows]
+        shown += [
+            bool(np.isin(word, shown_words)) for word, shown_words in zip(words, demo_words, strict=True)
+        ]
     return float(np.mean(shown))
 
 

@@ -23,6 +23,7 @@ from dpmtv.eval.stats import t_interval
 
 __all__ = [
     "GROUP_TITLES",
+    "icl_cells",
     "per_task_table",
     "reference_rows",
     "run_ceiling",
@@ -37,6 +38,17 @@ def run_ceiling(task: Task, seeds, test_queries: int) -> Ceiling:
     return recognition_ceiling(task, codes)
 
 
+def icl_cells(
+    task: Task, seed: int, num_train: int, num_test: int, shots: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The attribute combinations (rows of ``ALL_CODES``) behind ``icl:shots`` at ``seed``: the
+    demonstrations of each test query ``(num_test, shots)`` and the test queries ``(num_test,)``."""
+    train_rows = combo_index(task_codes(task, num_train, seed=seed, split="private"))
+    test_rows = combo_index(task_codes(task, num_test, seed=seed, split="test"))
+    picks = icl_demonstrations(num_train, num_test, shots, seed)
+    return np.stack([train_rows[p] for p in picks]), test_rows
+
+
 def reference_rows(task: Task, group: str, ceiling: Ceiling, config) -> list[dict]:
     """Rows like the methods' for the Bayes-optimal learners of :mod:`dpmtv.embedded.bayes`
     (predicate tasks): per seed, each learner's answers to the test queries given the very
@@ -44,10 +56,9 @@ def reference_rows(task: Task, group: str, ceiling: Ceiling, config) -> list[dic
     queries. No model runs: what the demonstrations could teach, to read ICL and MTV against."""
     rows, truth = [], task.truth
     for seed in config.seeds:
-        train_rows = combo_index(task_codes(task, config.records_per_task, seed=seed, split="private"))
-        test_rows = combo_index(task_codes(task, config.test_queries, seed=seed, split="test"))
-        picks = icl_demonstrations(config.records_per_task, config.test_queries, config.icl_shots, seed)
-        demo_rows = np.stack([train_rows[p] for p in picks])
+        demo_rows, test_rows = icl_cells(
+            task, seed, config.records_per_task, config.test_queries, config.icl_shots
+        )
         deciding = np.isin(test_rows, ceiling.deciding_rows)
         for learner in bayes.LEARNERS:
             scores = bayes.correct(learner, demo_rows, truth[demo_rows], test_rows, truth[test_rows])
