@@ -5,7 +5,9 @@ partition and the noise) and reads nothing another run writes, so N processes co
 of one, returned in submission order. On a small CPU model one torch thread per process keeps
 both cores busier than two threads in one process (measured: benchmarks/results/demo_time.json).
 Workers are spawned (not forked: the parent's torch thread pool must not be copied) and each
-loads the embedded model once.
+loads the embedded model once. A worker exits when the demo's process is gone: a demo killed
+(SIGKILL, or SIGTERM, which runs no cleanup) never shuts its pool down, and its idle workers
+would otherwise wait on their call queue for ever, holding a model each.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -88,6 +92,7 @@ def collect(pool: ProcessPoolExecutor, futures: list[Future], advance: Callable[
 
 def _init_worker(make_state: str, state_args: bytes, levels: dict[str, int], threads: int) -> None:
     global _STATE
+    threading.Thread(target=_exit_with_parent, name="dpmtv-exit-with-parent", daemon=True).start()
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     import torch
@@ -95,6 +100,15 @@ def _init_worker(make_state: str, state_args: bytes, levels: dict[str, int], thr
     torch.set_num_threads(threads)
     module, function = make_state.split(":")
     _STATE = getattr(importlib.import_module(module), function)(*pickle.loads(state_args))
+
+
+def _exit_with_parent() -> None:
+    """Waits on the parent's sentinel (ready once it has exited), then ends this worker at once:
+    its call queue's pipe never reads EOF, as every worker holds a writing end of it."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
 
 
 def _run_in_worker(run: Callable[[Any, Any], Any], item: Any) -> Any:
