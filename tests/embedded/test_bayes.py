@@ -1,5 +1,5 @@
 """The Bayes-optimal reference learners: their hypothesis sets against the public hold-out rule,
-their answers against a brute-force posterior, and the demo's reference rows against the very
+their answers against a brute-force posterior, and the benchmark's references against the very
 records ICL shows."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmtv.demo.config import DemoConfig
-from dpmtv.demo.recognition import reference_rows, run_ceiling
+from dpmtv.demo.recognition import run_ceiling
 from dpmtv.embedded import bayes
 from dpmtv.embedded import generator as gen
 from dpmtv.embedded.rulespace import trained_tables
@@ -81,29 +80,31 @@ def test_a_tie_scores_one_half():
     assert (scores == 0.5).all()
 
 
-def test_reference_rows_see_the_records_icl_shows():
+def test_the_references_see_the_records_icl_shows():
     """The learners' demonstrations are the records ``icl:16`` puts in each prompt (the
     benchmark's private records at the same draw), read back from the generator's own record
-    attributes, so the rows equal a learner fed from the records themselves."""
-    task, seed, num_train, num_test = gen.get_task("big_and_left"), 3, 128, 16
-    config = DemoConfig(tasks=(task.name,), seeds=(seed,), records_per_task=num_train, test_queries=num_test)
-    ceiling = run_ceiling(task, config.seeds, num_test)
-    rows = reference_rows(task, "held_out", ceiling, config)
+    attributes, so the references equal a learner fed from the records themselves."""
+    task, seed, num_train, num_test, shots = gen.get_task("big_and_left"), 3, 128, 16, 16
+    ceiling = run_ceiling(task, (seed,), num_test)
     benchmark = embedded_benchmark(task, seed=seed, num_train=num_train, num_test=num_test, ceiling=ceiling)
+    picks = icl_demonstrations(num_train, num_test, shots, seed)
+    references = benchmark.demonstration_facts(picks, benchmark.test)["demonstration_references"]
     train, test = _generated(task, num_train, seed, "private"), _generated(task, num_test, seed, "test")
     assert [r.answer for r in benchmark.train] == train.answers  # the same records ICL draws from
     assert np.array_equal(np.asarray(benchmark.test[0].images[0]), np.asarray(test.images[0]))
     train_rows, test_rows = _rows(train), _rows(test)
-    picks = icl_demonstrations(num_train, num_test, config.icl_shots, seed)
     yes = np.array(train.answers) == gen.YES
     for learner in bayes.LEARNERS:
         shares = bayes.yes_share(learner, np.stack([train_rows[p] for p in picks]),
                                  np.stack([yes[p] for p in picks]), test_rows)  # fmt: skip
         truth = np.array(test.answers) == gen.YES
         expected = np.where(shares == 0.5, 0.5, ((shares > 0.5) == truth).astype(float))
-        row = next(r for r in rows if r["method"] == learner)
-        assert row["accuracy"] == pytest.approx(expected.mean(), abs=1e-12)
-        assert row["deciding_count"] == len(benchmark.scorer.deciding_ids)
+        assert references[learner]["accuracy"] == pytest.approx(expected.mean(), abs=1e-12)
+        assert references[learner]["deciding_count"] == len(benchmark.scorer.deciding_ids)
+    later = benchmark.demonstration_facts(picks[8:], benchmark.test[8:])["demonstration_references"]
+    assert later[bayes.GRAMMAR]["deciding_count"] == sum(
+        r.record_id in benchmark.scorer.deciding_ids for r in benchmark.test[8:]
+    )  # queries are matched by record id: a shorter test list (the shot curve's) is scored right
 
 
 def _generated(task, n: int, seed: int, split: str) -> gen.Records:

@@ -1,8 +1,11 @@
 """The embedded world as an eval benchmark: the demo's records at a seed, its recognition ceiling
-and deciding cells as benchmark facts and a scorer metric, typed rules, `--heads public`, and the
-demo's options mapped onto eval settings. No model is loaded."""
+and deciding cells as benchmark facts and a scorer metric, what ICL's demonstrations hold, typed
+rules, `--heads public`, and the demo's options mapped onto eval settings. One test runs `dpmtv
+eval` on the embedded model; the others load no model."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -10,12 +13,14 @@ from click.testing import CliRunner
 
 from dpmtv.cli import main
 from dpmtv.demo.config import default_config, eval_settings
+from dpmtv.embedded import bayes
 from dpmtv.embedded import generator as gen
 from dpmtv.embedded.recognition import recognition_ceiling
 from dpmtv.embedded.suite import task_codes, task_records
+from dpmtv.embedded.world import combo_index
 from dpmtv.errors import ParameterError
 from dpmtv.eval.benchmarks import LoadOptions, load_benchmark
-from dpmtv.eval.benchmarks.embedded import public_selection, recognition_lines, share_with_deciding_demo
+from dpmtv.eval.benchmarks.embedded import public_selection, recognition_lines
 from dpmtv.eval.methods import icl_demonstrations
 
 
@@ -51,11 +56,44 @@ def test_typed_rules_and_label_maps_are_benchmarks_and_a_bad_name_says_both():
 
 
 def test_share_of_prompts_with_a_deciding_demonstration_by_hand():
-    benchmark = load_benchmark("embedded:is_green", options=LoadOptions(max_train=64, max_test=8))
-    flags = benchmark.train_annotations["in_deciding_cell"]
+    benchmark = load_benchmark("embedded:is_green", options=LoadOptions(max_train=64, max_test=3))
+    task = gen.get_task("is_green")
+    ceiling = recognition_ceiling(task, task_codes(task, 3, seed=0, split="test"))
+    train_rows = combo_index(task_codes(task, 64, seed=0, split="private"))
+    flags = np.isin(train_rows, ceiling.deciding_rows)  # from the generator, not the benchmark
     inside, outside = int(np.flatnonzero(flags)[0]), int(np.flatnonzero(~flags)[0])
-    picks = [np.array([inside, outside]), np.array([outside]), np.array([outside, outside])]
-    assert share_with_deciding_demo(benchmark, picks) == pytest.approx(1 / 3)
+    picks = [np.array([inside, outside]), np.array([outside, outside]), np.array([outside, outside])]
+    facts = benchmark.demonstration_facts(picks, benchmark.test)
+    assert facts["demos_with_deciding_cell"] == pytest.approx(1 / 3)
+    assert set(facts["demonstration_references"]) == set(bayes.LEARNERS)
+    label_map = load_benchmark("embedded:map_colour", options=LoadOptions(max_train=8, max_test=3))
+    assert "demonstration_references" not in label_map.demonstration_facts(picks[1:2] * 3, label_map.test)
+
+
+def test_eval_reports_what_the_demonstrations_could_teach(tmp_path):
+    """`dpmtv eval --benchmark embedded:TASK` with ICL: each ICL run carries the Bayes learners'
+    accuracy on its very demonstrations, and the report shows them; other methods carry none."""
+    out = tmp_path / "eval"
+    args = ["eval", "--benchmark", "embedded:big_and_left", "--model", "embedded",
+            "--methods", "zero-shot,icl:4", "--non-private", "--seeds", "2", "--max-train", "32",
+            "--max-queries", "12", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    icl = [r for r in runs if r["method"] == "icl:4"]
+    assert len(icl) == 2 and all("demonstration_references" not in r["details"] for r in runs if r not in icl)
+    benchmark = load_benchmark("embedded:big_and_left", options=LoadOptions(max_train=32, max_test=12))
+    for run in icl:
+        picks = icl_demonstrations(32, 12, 4, run["seed"])
+        assert (
+            run["details"]["demonstration_references"]
+            == benchmark.demonstration_facts(picks, benchmark.test)["demonstration_references"]
+        )
+    report = (out / "report.md").read_text()
+    assert "## What the demonstrations could teach" in report
+    section = report.split("## What the demonstrations could teach")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("| ICL 4-shot")]
+    assert [line.split(" | ")[2] for line in table] == list(bayes.LEARNERS)
 
 
 def test_icl_demonstrations_are_seeded_and_without_replacement_per_prompt():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmtv.embedded import bayes
 from dpmtv.embedded.generator import Task
 from dpmtv.embedded.recognition import Ceiling, recognition_ceiling
 from dpmtv.embedded.suite import task_codes
@@ -25,7 +24,6 @@ __all__ = [
     "GROUP_TITLES",
     "icl_cells",
     "per_task_table",
-    "reference_rows",
     "run_ceiling",
     "summarise_deciding",
     "task_group",
@@ -47,33 +45,6 @@ def icl_cells(
     test_rows = combo_index(task_codes(task, num_test, seed=seed, split="test"))
     picks = icl_demonstrations(num_train, num_test, shots, seed)
     return np.stack([train_rows[p] for p in picks]), test_rows
-
-
-def reference_rows(task: Task, group: str, ceiling: Ceiling, config) -> list[dict]:
-    """Rows like the methods' for the Bayes-optimal learners of :mod:`dpmtv.embedded.bayes`
-    (predicate tasks): per seed, each learner's answers to the test queries given the very
-    demonstrations ``icl:K`` shows each query (same records, same draw), on all and deciding-cell
-    queries. No model runs: what the demonstrations could teach, to read ICL and MTV against."""
-    rows, truth = [], task.truth
-    for seed in config.seeds:
-        demo_rows, test_rows = icl_cells(
-            task, seed, config.records_per_task, config.test_queries, config.icl_shots
-        )
-        deciding = np.isin(test_rows, ceiling.deciding_rows)
-        for learner in bayes.LEARNERS:
-            scores = bayes.correct(learner, demo_rows, truth[demo_rows], test_rows, truth[test_rows])
-            rows.append({
-                "method": learner,
-                "task": task.name,
-                "group": group,
-                "held_out": task.held_out,
-                "epsilon": None,
-                "seed": seed,
-                "accuracy": float(scores.mean()),
-                "deciding_accuracy": float(scores[deciding].mean()) if deciding.any() else None,
-                "deciding_count": int(deciding.sum()),
-            })  # fmt: skip
-    return rows
 
 
 def summarise_deciding(rows: list[dict], seeds) -> dict:

@@ -23,8 +23,9 @@ from rich.console import Console
 from dpmtv._progress import progress_bar
 from dpmtv.demo.config import DemoConfig, chunk_tokens, default_config, eval_settings
 from dpmtv.demo.parallel import collect, resolve_demo_workers, submit_runs
-from dpmtv.demo.recognition import per_task_table, reference_rows, run_ceiling
+from dpmtv.demo.recognition import per_task_table, run_ceiling
 from dpmtv.demo.report import print_summary, summarise_groups, write_outputs
+from dpmtv.embedded import bayes
 from dpmtv.embedded.generator import Task, get_task, rule_task
 from dpmtv.embedded.recognition import Ceiling
 from dpmtv.embedded.suite import PUBLIC_SEED, task_records
@@ -33,10 +34,8 @@ from dpmtv.eval.benchmarks.embedded import (
     embedded_benchmark,
     public_selection,
     recognition_record,
-    share_with_deciding_demo,
     task_group,
 )
-from dpmtv.eval.methods import icl_demonstrations
 from dpmtv.eval.runner import RunResult, run_evaluation
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
@@ -86,12 +85,8 @@ def run_demo(
     for (_, name), (_, release, _) in zip(units, results, strict=True):
         releases.setdefault(name, release)
     recognition = {name: recognition_record(tasks[name], c) for name, c in ceilings.items()}
-    references = [
-        row
-        for name, task in tasks.items()
-        if task.is_predicate
-        for row in reference_rows(task, task_group(task, typed=name in config.rules), ceilings[name], config)
-    ]
+    references = [row for row in rows if row["method"] in bayes.LEARNERS]  # from the ICL runs' facts
+    rows = [row for row in rows if row["method"] not in bayes.LEARNERS]
     per_task = per_task_table(rows + references, shot_rows, recognition)
     summary = summarise_groups(rows, config)
     reference_summary = summarise_groups(references, config)
@@ -198,18 +193,22 @@ def _evaluate(loaded, benchmark: Benchmark, run: _TaskRun, settings) -> list[Run
 
 
 def _task_rows(loaded, run: _TaskRun, benchmark: Benchmark, config: DemoConfig) -> tuple[list[dict], dict]:
-    """The rows of zero-shot, ICL, MTV and DP-MTV at every ε, and the task's release (public)."""
+    """The rows of zero-shot, ICL, MTV and DP-MTV at every ε (then the Bayes learners' rows from the
+    ICL run's demonstration facts), and the task's release (public)."""
     methods = ("zero-shot", f"icl:{config.icl_shots}", "mtv", "dp-mtv")
     tokens = chunk_tokens(loaded.adapter, run.task, config.shots_per_chunk)
     settings = eval_settings(
         config, methods, run.seed, run.clip, batch_size=config.batch_size, chunk_tokens=tokens
     )
     runs = _evaluate(loaded, benchmark, run, settings)
-    rows = [_row(run, benchmark, r) for r in runs]
-    picks = icl_demonstrations(len(benchmark.train), len(benchmark.test), config.icl_shots, run.seed)
-    for row in rows:
-        if row["method"].startswith("icl-"):
-            row["demos_with_deciding_cell"] = share_with_deciding_demo(benchmark, picks)
+    rows, references = [], []
+    for result in runs:
+        row = _row(run, benchmark, result)
+        for learner, scores in result.details.get("demonstration_references", {}).items():
+            references.append({**row, "method": learner, **scores})
+        if "demos_with_deciding_cell" in result.details:
+            row["demos_with_deciding_cell"] = result.details["demos_with_deciding_cell"]
+        rows.append(row)
     dp = [r for r in runs if r.method == "dp-mtv"]
     release = {
         "heads": run.heads.to_json(),
@@ -217,7 +216,7 @@ def _task_rows(loaded, run: _TaskRun, benchmark: Benchmark, config: DemoConfig) 
         "l2_sensitivity": dp[0].details["l2_sensitivity"],
         "noise_std": {str(float(r.epsilon)): r.details["noise_std"] for r in dp},
     }
-    return rows, release
+    return rows + references, release
 
 
 def demo_method(label: str) -> str:

@@ -258,7 +258,10 @@ def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
             answers.extend(clean_prediction(text) for text in texts)
             used.extend(kept)
             advance(len(kept))
-    return MethodOutput(answers, _shots_details(shots, used, budget))
+    details = _shots_details(shots, used, budget)
+    if ctx.benchmark.demonstration_facts is not None:  # e.g. Bayes learners on the same demonstrations
+        details.update(ctx.benchmark.demonstration_facts(picks, ctx.benchmark.test))
+    return MethodOutput(answers, details)
 
 
 def icl_demonstrations(num_train: int, num_queries: int, shots: int, seed: int) -> list[np.ndarray]:

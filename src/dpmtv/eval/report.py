@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv._atomic import replacing, write_text_atomically
-from dpmtv.eval.benchmarks.embedded import recognition_lines
+from dpmtv.eval.benchmarks.embedded import demonstration_lines, recognition_lines
 from dpmtv.eval.plots import plot_privacy_utility, plot_queries
 from dpmtv.eval.runner import EvalResults, RunResult
 from dpmtv.eval.stats import t_interval
@@ -137,6 +137,7 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         *_chance_lines(results),
         "",
         *recognition_lines(b),
+        *demonstration_lines(results.runs),
     ]
     for metric in b["metrics"]:
         lines += _metric_table(results, summary, metric, chance=_chance(results, metric))

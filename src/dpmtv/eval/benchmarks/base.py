@@ -41,8 +41,12 @@ class Benchmark:
     scorer: Scorer
     notes: tuple[str, ...] = field(default_factory=tuple)
     details: Mapping[str, Any] = field(default_factory=dict)  # public facts, in every report
-    #: per-record facts about the PRIVATE pool, for the non-private reports only (never written out)
-    train_annotations: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: ``facts(picks, queries)``: what each ICL prompt's demonstrations (``picks``, indices into
+    #: ``train`` per query of ``queries``) hold, from the PRIVATE pool: for the NON-PRIVATE ICL
+    #: rows only (:func:`dpmtv.eval.methods.run_icl`); None where the benchmark says nothing
+    demonstration_facts: Callable[[Sequence[np.ndarray], Sequence[Record]], dict[str, Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -6,14 +6,17 @@ The demonstration pool is the task's ``private`` split and the queries its ``tes
 the embedded world has is part of the benchmark: its report group (seen, held-out predicates,
 held-out label maps, typed rules), whether training drew its table, its recognition ceiling and
 deciding cells (:mod:`dpmtv.embedded.recognition`, on its test queries unless a pooled ceiling
-is given), and the :class:`EmbeddedScorer`'s ``deciding_accuracy`` metric: accuracy on the test
-queries in deciding cells only.
+is given), the :class:`EmbeddedScorer`'s ``deciding_accuracy`` metric: accuracy on the test
+queries in deciding cells only, and :class:`DemonstrationFacts` for the ICL rows: how often a
+prompt's demonstrations show a deciding cell, and what Bayes-optimal learners answer from the very
+same demonstrations (:mod:`dpmtv.embedded.bayes`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -101,6 +104,12 @@ def embedded_benchmark(
         "deciding_count": int(deciding.sum()),
     }
     ids = [r.record_id for r, d in zip(test, deciding, strict=True) if d]
+    facts = DemonstrationFacts(
+        train_rows,
+        {r.record_id: int(row) for r, row in zip(test, test_rows, strict=True)},
+        np.asarray(ceiling.deciding_rows),
+        task.truth if task.is_predicate else None,
+    )
     return Benchmark(
         f"embedded:{task.name}",
         tuple(train),
@@ -108,8 +117,49 @@ def embedded_benchmark(
         EmbeddedScorer(task.answers, ids),
         notes=(f"embedded task {task.name} ({task.kind}), records of seed {seed}",),
         details=details,
-        train_annotations={"in_deciding_cell": np.isin(train_rows, ceiling.deciding_rows)},
+        demonstration_facts=facts,
     )
+
+
+@dataclass(frozen=True)
+class DemonstrationFacts:
+    """What each ICL prompt's demonstrations hold, for the benchmark's NON-PRIVATE ICL rows (facts
+    about the private pool, like ICL's own accuracy): ``demos_with_deciding_cell``, the share of
+    prompts showing a deciding cell at all (a rule that differs from a trained one only where
+    demonstrations rarely look measures luck, not learning), and for a predicate
+    ``demonstration_references``: per learner of :mod:`dpmtv.embedded.bayes`, its accuracy on
+    all queries and on deciding-cell queries when it answers each query from exactly the
+    demonstrations ICL shows it. No model runs: what those demonstrations could teach."""
+
+    train_rows: np.ndarray  # each private record's attribute combination (a row of ALL_CODES)
+    test_rows: Mapping[str, int]  # the same for each test query, by record id
+    deciding_rows: np.ndarray
+    truth: np.ndarray | None  # a predicate's yes/no table; None for label maps
+
+    def __call__(self, picks: Sequence[np.ndarray], queries: Sequence[Record]) -> dict[str, Any]:
+        if not picks:
+            return {}
+        demo_rows = np.stack([self.train_rows[np.asarray(p, dtype=np.int64)] for p in picks])
+        facts: dict[str, Any] = {
+            "demos_with_deciding_cell": float(np.isin(demo_rows, self.deciding_rows).any(axis=1).mean())
+        }
+        if self.truth is None:
+            return facts
+        from dpmtv.embedded import bayes
+
+        query_rows = np.array([self.test_rows[q.record_id] for q in queries], dtype=np.int64)
+        deciding = np.isin(query_rows, self.deciding_rows)
+        references = {}
+        for learner in bayes.LEARNERS:
+            scores = bayes.correct(
+                learner, demo_rows, self.truth[demo_rows], query_rows, self.truth[query_rows]
+            )
+            references[learner] = {
+                "accuracy": float(scores.mean()),
+                "deciding_accuracy": float(scores[deciding].mean()) if deciding.any() else None,
+                "deciding_count": int(deciding.sum()),
+            }
+        return {**facts, "demonstration_references": references}
 
 
 def recognition_record(task, ceiling) -> dict[str, Any]:
@@ -122,15 +172,6 @@ def recognition_record(task, ceiling) -> dict[str, Any]:
         "deciding_cells": ceiling.deciding_cells(),
         "deciding_queries": int(ceiling.deciding_queries.sum()),
     }
-
-
-def share_with_deciding_demo(benchmark: Benchmark, picks: list[np.ndarray]) -> float | None:
-    """The share of prompts whose demonstrations (indices into ``benchmark.train``) show a deciding cell."""
-    flags = benchmark.train_annotations.get("in_deciding_cell")
-    if flags is None or not picks:
-        return None
-    mask = np.asarray(flags, dtype=bool)
-    return float(np.mean([mask[np.asarray(p, dtype=np.int64)].any() for p in picks]))
 
 
 def recognition_lines(details: Mapping[str, Any]) -> list[str]:
@@ -149,6 +190,40 @@ def recognition_lines(details: Mapping[str, Any]) -> list[str]:
         f"`deciding_accuracy`: {details['deciding_count']}.",
         "",
     ]
+
+
+def demonstration_lines(runs: Sequence[Any]) -> list[str]:
+    """The ICL runs' :class:`DemonstrationFacts` as a report section (empty without any): per ICL
+    method, means over its seeds."""
+    facts: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        if "demos_with_deciding_cell" in run.details:
+            facts.setdefault(run.display, []).append(run.details)
+    if not facts:
+        return []
+    lines = [
+        "## What the demonstrations could teach",
+        "",
+        "Per ICL method (NON-PRIVATE): the share of prompts whose demonstrations show a deciding "
+        "cell, and the accuracy of Bayes-optimal learners that answer each query from exactly the "
+        "demonstrations ICL shows it (`dpmtv.embedded.bayes`: no model; a model above the "
+        "trained-tables learner on deciding cells has learned more than which trained rule is "
+        "meant). Means over seeds.",
+        "",
+        "| method | prompts with a deciding cell | learner | accuracy | deciding cells |",
+        "|---|---|---|---|---|",
+    ]
+    for method, details in facts.items():
+        share = f"{np.mean([d['demos_with_deciding_cell'] for d in details]):.3f}"
+        references = [d.get("demonstration_references", {}) for d in details]
+        for learner in references[0] or {"": None}:
+            accuracy = deciding = ""
+            if learner:
+                accuracy = f"{np.mean([r[learner]['accuracy'] for r in references]):.3f}"
+                kept = [r[learner]["deciding_accuracy"] for r in references if r[learner]["deciding_count"]]
+                deciding = f"{np.mean(kept):.3f}" if kept else ""
+            lines.append(f"| {method} | {share} | {learner} | {accuracy} | {deciding} |")
+    return [*lines, ""]
 
 
 def public_selection(task_name: str, *, shared: bool = False) -> tuple[list[list[int]], tuple[float, ...]]:
