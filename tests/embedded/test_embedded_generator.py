@@ -127,3 +127,29 @@ def test_no_bursty_episodes_replay_the_stream_of_earlier_runs():
     c = gen.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.5)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.answers, b.answers)
     assert not np.array_equal(a.codes, c.codes)
+
+
+def test_random_tables_are_coins_outside_the_rule_grammar():
+    from dpmtv.embedded import rulespace
+
+    batch = gen.sample_episodes(np.random.default_rng(7), 60, 48, mix={"random_table": 1.0})
+    assert set(batch.kinds) == {"random_table"}
+    tables = []
+    for codes, answers in zip(batch.codes, batch.answers, strict=True):
+        rows = gen.combo_index(codes)
+        for row in np.unique(rows):  # one answer per combination within an episode: a table
+            assert len(set(answers[rows == row].tolist())) == 1
+        tables.append(tuple(sorted({int(r): int(a) for r, a in zip(rows, answers, strict=True)}.items())))
+    assert len(set(tables)) == len(tables)  # a fresh table each episode
+    # draws that land on a grammar table (here, the first three rules') are drawn again
+    grammar = [rulespace.table_of(e.rule) for e in rulespace.rule_entries()[:3]]
+    coins = np.random.default_rng(0).uniform(size=64) < 0.5
+    draws = iter([*grammar, coins])
+
+    class Rigged:  # uniform() < 0.5 gives back each table in turn
+        def uniform(self, size=None):
+            return np.where(next(draws), 0.0, 1.0)
+
+    task = gen.random_table(Rigged())
+    assert all(rulespace.in_grammar(t) for t in grammar)
+    assert np.array_equal(task.truth, coins) and not rulespace.in_grammar(coins)

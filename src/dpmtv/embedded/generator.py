@@ -43,7 +43,7 @@ from PIL import Image
 
 from dpmtv.embedded import rules as R
 from dpmtv.embedded.render import IMAGE_SIZE, render, sample_attributes, to_pil  # noqa: F401 (re-exported)
-from dpmtv.embedded.rulespace import KIND_OF_SHAPE, LEGACY_HELD_OUT, rule_entries, trained
+from dpmtv.embedded.rulespace import KIND_OF_SHAPE, LEGACY_HELD_OUT, in_grammar, rule_entries, trained
 from dpmtv.embedded.world import ALL_CODES, ATTR_POS, ATTRIBUTES, VALUES, combo_index
 from dpmtv.errors import ParameterError
 
@@ -408,6 +408,18 @@ def _bursty_codes(rng: np.random.Generator, n: int) -> np.ndarray:
     return pool[rng.integers(0, size, n)].copy()
 
 
+def random_table(rng: np.random.Generator) -> Task:
+    """A yes/no task whose 64 attribute combinations are independent fair coins (training group
+    ``random_table``): nothing but a combination's own demonstrations predicts its answer, so a
+    learner has to carry the evidence combination by combination. Drawn again while the table (or
+    its complement) is a table of the rule grammar or constant: the public hold-out is over the
+    grammar's tables, and training never draws a held-out one."""
+    while True:
+        truth = rng.uniform(size=len(ALL_CODES)) < 0.5
+        if truth.any() and not truth.all() and not in_grammar(truth):
+            return Task(name="random_table", kind="rule", held_out=False, table=_yes_no(truth))
+
+
 def sample_episodes(
     rng: np.random.Generator,
     n_episodes: int,
@@ -418,7 +430,8 @@ def sample_episodes(
     bursty_label_maps: float = 0.0,
 ) -> EpisodeBatch:
     """Training episodes: each picks a group by ``mix`` (default :data:`TRAINING_MIX`), a task
-    uniformly within the group (a fresh map for ``label_map``), a per-episode yes-rate for
+    uniformly within the group (a fresh map for ``label_map``, a fresh coin table for
+    ``random_table``, which no default mix draws), a per-episode yes-rate for
     predicates, and fresh images. Held-out tasks never occur.
 
     ``bursty_label_maps``: the share of label-map episodes whose shots all come from a small pool
@@ -435,6 +448,8 @@ def sample_episodes(
         group = groups[rng.choice(len(groups), p=weights / weights.sum())]
         if group == "label_map":
             task = random_label_map(rng)
+        elif group == "random_table":
+            task = random_table(rng)
         else:
             task = pools[group][rng.integers(len(pools[group]))]
         codes = sample_codes_for_task(task, n_shots, rng, yes_rate=rng.uniform(*yes_rate_range))

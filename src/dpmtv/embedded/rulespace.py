@@ -171,6 +171,16 @@ def _trained_keys() -> frozenset[bytes]:
     return frozenset(legacy | new)
 
 
+@cache
+def _grammar_keys() -> frozenset[bytes]:
+    return frozenset(canonical(R.truth(e.rule)) for e in rule_entries())
+
+
+def in_grammar(table: np.ndarray) -> bool:
+    """Whether some rule of the space (trained or not) has this yes/no table or its complement."""
+    return canonical(np.asarray(table, dtype=bool)) in _grammar_keys()
+
+
 def table_of(table_or_rule) -> np.ndarray:
     """The boolean truth table of a rule, a rule's text or a table (bool or yes/no ``(64,)``)."""
     if isinstance(table_or_rule, str):
