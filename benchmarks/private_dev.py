@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmtv.embedded.generator import task_suite, training_pools
+from dpmtv.embedded.episodes import training_pools
+from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.rulespace import canonical
 
 DEV_TASK_SEED = 20_261_228  # public, fixed before any dev number was seen

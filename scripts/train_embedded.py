@@ -3,7 +3,7 @@
 
 A ~1.2 M-parameter ``LlavaForConditionalGeneration`` (CLIP vision tower + Llama text model, see
 ``dpmtv.embedded.checkpoint_format``) learns the embedded task family in context: random
-episodes of 16-64 shots of one task each (by default ``gen.TRAINING_MIX``: naming, single values,
+episodes of 16-64 shots of one task each (by default ``episodes.TRAINING_MIX``: naming, single values,
 two-literal and/or, xor, three-literal rules and label maps over one attribute or a pair, with
 fresh nonce words; every table the public hold-out rule ``dpmtv.embedded.rulespace.trained``
 calls untrained never occurs), loss on every answer token, AdamW
@@ -41,6 +41,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from dpmtv.embedded import checkpoint_format as fmt  # noqa: E402
+from dpmtv.embedded import episodes  # noqa: E402
 from dpmtv.embedded import generator as gen  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,14 +75,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-shots", type=int, default=64)
     p.add_argument(
         "--mix",
-        default=",".join(f"{k}={v:g}" for k, v in gen.TRAINING_MIX.items()),
+        default=",".join(f"{k}={v:g}" for k, v in episodes.TRAINING_MIX.items()),
         help="episode groups and their probabilities (naming, single, composition, label_map)",
     )
     p.add_argument(
         "--bursty-label-maps",
         type=float,
         default=0.0,
-        help="share of label-map episodes drawn from a few attribute combinations (gen.sample_episodes)",
+        help="share of label-map episodes drawn from a few attribute combinations (episodes.sample_episodes)",
     )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-fraction", type=float, default=0.05)
@@ -393,7 +394,7 @@ class _Run:
         low, high = (int(x) for x in args.tv_chunk_shots.split(","))
         shots = int(self.tv_rng.integers(low, high + 1))
         tasks = max(1, args.tv_chunk_tokens // (args.tv_chunks * (shots * fmt.TOKENS_PER_SHOT + 1)))
-        batch = gen.sample_episodes(
+        batch = episodes.sample_episodes(
             self.tv_rng, tasks, args.tv_chunks * shots + args.tv_queries, mix=self.chunk_mix
         )
         loss, hits = tvt.chunk_mean_loss(
@@ -487,7 +488,9 @@ def _train(run: _Run, rng: np.random.Generator, mix: dict, eval_set, summary_bas
             break
         k = int(rng.integers(args.min_shots, args.max_shots + 1))
         n_episodes = max(1, args.tokens_per_step // (k * fmt.TOKENS_PER_SHOT + 1))
-        batch = gen.sample_episodes(rng, n_episodes, k, mix=mix, bursty_label_maps=args.bursty_label_maps)
+        batch = episodes.sample_episodes(
+            rng, n_episodes, k, mix=mix, bursty_label_maps=args.bursty_label_maps
+        )
         lr = lr_at(step, progress, args)
         loss_answer, loss_probe, hits, tv, chunk_tv = run.step(batch, k, n_episodes, lr)
         step += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpmtv.embedded import episodes
 from dpmtv.embedded import generator as gen
 
 
@@ -63,8 +64,8 @@ def test_records_are_deterministic_by_seed():
 
 
 def test_episodes_are_deterministic_by_seed():
-    a = gen.sample_episodes(np.random.default_rng(3), 4, 16)
-    b = gen.sample_episodes(np.random.default_rng(3), 4, 16)
+    a = episodes.sample_episodes(np.random.default_rng(3), 4, 16)
+    b = episodes.sample_episodes(np.random.default_rng(3), 4, 16)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.answers, b.answers)
     assert a.task_names == b.task_names
     assert a.images.shape == (64, 24, 24, 3) and a.images.dtype == np.uint8
@@ -83,11 +84,11 @@ def test_answers_follow_the_attributes(task):
 
 
 def test_training_episodes_follow_the_mix_and_exclude_held_out_tasks():
-    batch = gen.sample_episodes(np.random.default_rng(1), 400, 16)
+    batch = episodes.sample_episodes(np.random.default_rng(1), 400, 16)
     held = {t.name for t in gen.all_tasks() if t.held_out}
     assert not set(batch.task_names) & held
     kinds = np.array(batch.kinds)
-    for group, share in gen.TRAINING_MIX.items():
+    for group, share in episodes.TRAINING_MIX.items():
         # binomial(400, share): 5 standard deviations, false-failure rate < 1e-6 per group
         assert abs(np.mean(kinds == group) - share) < 5 * np.sqrt(share * (1 - share) / 400)
     maps = [n for n, k in zip(batch.task_names, batch.kinds) if k == "label_map"]
@@ -113,18 +114,18 @@ def test_rendered_colour_matches_the_colour_attribute():
 
 def test_bursty_label_maps_draw_their_shots_from_a_few_combinations():
     rng = np.random.default_rng(3)
-    batch = gen.sample_episodes(rng, 40, 32, mix={"label_map": 1.0}, bursty_label_maps=1.0)
+    batch = episodes.sample_episodes(rng, 40, 32, mix={"label_map": 1.0}, bursty_label_maps=1.0)
     combos = [len(np.unique(codes, axis=0)) for codes in batch.codes]
-    assert max(combos) <= max(gen.BURSTY_POOL_SIZES)
-    plain = gen.sample_episodes(np.random.default_rng(3), 40, 32, mix={"label_map": 1.0})
-    assert np.mean([len(np.unique(c, axis=0)) for c in plain.codes]) > 2 * max(gen.BURSTY_POOL_SIZES)
+    assert max(combos) <= max(episodes.BURSTY_POOL_SIZES)
+    plain = episodes.sample_episodes(np.random.default_rng(3), 40, 32, mix={"label_map": 1.0})
+    assert np.mean([len(np.unique(c, axis=0)) for c in plain.codes]) > 2 * max(episodes.BURSTY_POOL_SIZES)
 
 
 def test_no_bursty_episodes_replay_the_stream_of_earlier_runs():
     """Share 0 draws nothing extra: the episodes equal those of a call without the option."""
-    a = gen.sample_episodes(np.random.default_rng(5), 12, 16)
-    b = gen.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.0)
-    c = gen.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.5)
+    a = episodes.sample_episodes(np.random.default_rng(5), 12, 16)
+    b = episodes.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.0)
+    c = episodes.sample_episodes(np.random.default_rng(5), 12, 16, bursty_label_maps=0.5)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.answers, b.answers)
     assert not np.array_equal(a.codes, c.codes)
 
@@ -132,7 +133,7 @@ def test_no_bursty_episodes_replay_the_stream_of_earlier_runs():
 def test_random_tables_are_coins_outside_the_rule_grammar():
     from dpmtv.embedded import rulespace
 
-    batch = gen.sample_episodes(np.random.default_rng(7), 60, 48, mix={"random_table": 1.0})
+    batch = episodes.sample_episodes(np.random.default_rng(7), 60, 48, mix={"random_table": 1.0})
     assert set(batch.kinds) == {"random_table"}
     tables = []
     for codes, answers in zip(batch.codes, batch.answers, strict=True):
@@ -150,6 +151,6 @@ def test_random_tables_are_coins_outside_the_rule_grammar():
         def uniform(self, size=None):
             return np.where(next(draws), 0.0, 1.0)
 
-    task = gen.random_table(Rigged())
+    task = episodes.random_table(Rigged())
     assert all(rulespace.in_grammar(t) for t in grammar)
     assert np.array_equal(task.truth, coins) and not rulespace.in_grammar(coins)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpmtv.embedded import episodes
 from dpmtv.embedded import generator as gen
 from dpmtv.embedded import rules as R
 from dpmtv.embedded import rulespace as S
@@ -71,7 +72,7 @@ def test_hold_out_rule_is_consistent_with_training_and_the_suite():
     assert not S.trained("not green") and not S.trained("not green or not cross")
     assert S.trained("red") and S.trained("red xor big") and not S.trained("red xor circle")
     # every trained table comes from a trained shape; training episodes draw only trained tables
-    batch = gen.sample_episodes(np.random.default_rng(5), 300, 8)
+    batch = episodes.sample_episodes(np.random.default_rng(5), 300, 8)
     predicates = [gen.get_task(n) for n in batch.task_names if not n.startswith(("map_", "name_"))]
     assert len(predicates) > 150 and all(S.trained(t.truth) for t in predicates)
 

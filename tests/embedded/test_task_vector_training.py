@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from dpmtv.embedded import checkpoint_format as fmt
-from dpmtv.embedded import generator as gen
+from dpmtv.embedded import episodes
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -67,7 +67,7 @@ def test_the_loss_reaches_the_demonstrations_pass():
     outputs = tvt.HeadOutputs(model)
     rng = np.random.default_rng(0)
     k = 10
-    batch = gen.sample_episodes(rng, 2, k, mix=gen.TRAINING_MIX)
+    batch = episodes.sample_episodes(rng, 2, k, mix=episodes.TRAINING_MIX)
     ids = torch.from_numpy(fmt.episode_ids(fmt.ANSWER_TOKEN_IDS[batch.answers]))
     outputs.capturing = True
     model(input_ids=ids, pixel_values=fmt.pixels_from_uint8(batch.images))
@@ -92,7 +92,9 @@ def _chunk_mean_run(query: str, head_fraction: float):
     tvt = _module()
     model = fmt.build_model(0)
     outputs = tvt.HeadOutputs(model)
-    batch = gen.sample_episodes(np.random.default_rng(0), 2, CHUNKS * SHOTS + QUERIES, mix=gen.TRAINING_MIX)
+    batch = episodes.sample_episodes(
+        np.random.default_rng(0), 2, CHUNKS * SHOTS + QUERIES, mix=episodes.TRAINING_MIX
+    )
     shapes, pixels = [], []
     layer = model.model.language_model.layers[0].self_attn.o_proj
     handles = [
