@@ -58,6 +58,7 @@ from dpmtv.embedded.generator import (
     VALUES,
     Task,
     label_map_task,
+    yes_no_table,
 )
 from dpmtv.embedded.rulespace import canonical, trained, trained_tables
 from dpmtv.embedded.suite import task_codes, task_records
@@ -84,8 +85,7 @@ def mean_vector(adapter, heads, records, batch_size: int) -> np.ndarray:
 
 
 def predicate_task(truth: np.ndarray, name: str) -> Task:
-    table = np.where(truth, ANSWER_INDEX["yes"], ANSWER_INDEX["no"])
-    return Task(name=name, kind="rule", held_out=True, table=table)
+    return Task(name=name, kind="rule", held_out=True, table=yes_no_table(truth))
 
 
 def training_tables(

@@ -18,10 +18,10 @@ import numpy as np
 from dpmtv.embedded.generator import (
     NONCE_WORDS,
     Task,
-    _yes_no,
     label_map_task,
     sample_codes_for_task,
     training_tasks,
+    yes_no_table,
 )
 from dpmtv.embedded.render import render
 from dpmtv.embedded.rulespace import in_grammar
@@ -125,7 +125,7 @@ def random_table(rng: np.random.Generator) -> Task:
     while True:
         truth = rng.uniform(size=len(ALL_CODES)) < 0.5
         if truth.any() and not truth.all() and not in_grammar(truth):
-            return Task(name="random_table", kind="rule", held_out=False, table=_yes_no(truth))
+            return Task(name="random_table", kind="rule", held_out=False, table=yes_no_table(truth))
 
 
 def sample_episodes(

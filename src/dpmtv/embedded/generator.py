@@ -159,7 +159,8 @@ class Task:
 PREDICATE_KINDS = ("predicate", "negation", *dict.fromkeys(KIND_OF_SHAPE.values()), "rule")
 
 
-def _yes_no(truth: np.ndarray) -> np.ndarray:
+def yes_no_table(truth: np.ndarray) -> np.ndarray:
+    """A boolean table over :data:`ALL_CODES` as answer indices (``yes`` / ``no``)."""
     return np.where(truth, ANSWER_INDEX[YES], ANSWER_INDEX[NO]).astype(np.int64)
 
 
@@ -202,7 +203,7 @@ def _predicate(entry) -> Task:
         name=entry.name,
         kind=entry.kind,
         held_out=not trained(truth),
-        table=_yes_no(truth),
+        table=yes_no_table(truth),
         attribute=_rule_attribute(entry.rule) if single else "",
         value=literal.removeprefix("not_") if single else None,
     )
@@ -230,7 +231,7 @@ def rule_task(text: str) -> Task:
     if truth.all() or not truth.any():
         answer = YES if truth.all() else NO
         raise ParameterError(f"rule {text!r} answers '{answer}' for every image: nothing to learn")
-    return Task(name=text.strip(), kind="rule", held_out=not trained(truth), table=_yes_no(truth))
+    return Task(name=text.strip(), kind="rule", held_out=not trained(truth), table=yes_no_table(truth))
 
 
 def all_tasks() -> list[Task]:

@@ -216,7 +216,7 @@ def demonstration_lines(runs: Sequence[Any]) -> list[str]:
     for method, details in facts.items():
         share = f"{np.mean([d['demos_with_deciding_cell'] for d in details]):.3f}"
         references = [d.get("demonstration_references", {}) for d in details]
-        for learner in references[0] or {"": None}:
+        for learner in references[0] or [""]:  # a label map: the share alone
             accuracy = deciding = ""
             if learner:
                 accuracy = f"{np.mean([r[learner]['accuracy'] for r in references]):.3f}"
