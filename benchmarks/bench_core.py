@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
+from dpmtv.data.prompts import Example
 from dpmtv.data.records import load_records
 from dpmtv.data.synthetic import write_colour_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.prompts import Example
 from dpmtv.testing import build_tiny_checkpoint
 
 SHOTS = 8
@@ -85,9 +85,9 @@ def peak_memory_mib(model_dir: Path, data: Path) -> dict:
 def answer_latency(model_dir: Path, data: Path, vector_path: Path, repeats: int = 7) -> dict:
     """Greedy generation of exactly ``NEW_TOKENS`` tokens for 8 queries, with vs without the vector
     (min_new_tokens pins the length, so both sides do the same work)."""
+    from dpmtv.artifact.vector import load_task_vector
+    from dpmtv.data.prompts import zero_shot
     from dpmtv.inference import apply
-    from dpmtv.prompts import zero_shot
-    from dpmtv.vector import load_task_vector
 
     loaded = load_model(model_dir)
     vector = load_task_vector(vector_path)

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import torch
 
+from dpmtv.artifact.vector import load_task_vector
+from dpmtv.data.prompts import Example
 from dpmtv.data.records import load_records
 from dpmtv.data.synthetic import write_colour_records
 from dpmtv.heads import parse_head_spec
 from dpmtv.inference import answer_queries
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.prompts import Example
 from dpmtv.testing import TINY_FAMILIES, build_tiny_checkpoint
-from dpmtv.vector import load_task_vector
 
 
 def check_family(family: str, tmp: Path, records) -> dict:

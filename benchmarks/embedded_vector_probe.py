@@ -49,6 +49,7 @@ from embedded_selection_dev import DEV_SEEDS, dev_tasks
 
 from dpmtv._atomic import write_text_atomically
 from dpmtv._progress import progress_bar
+from dpmtv.data.prompts import chunk_prompt
 from dpmtv.demo.recognition import run_ceiling
 from dpmtv.embedded.generator import (
     ANSWER_INDEX,
@@ -63,10 +64,9 @@ from dpmtv.embedded.generator import (
 from dpmtv.embedded.rulespace import canonical, trained, trained_tables
 from dpmtv.embedded.suite import task_codes, task_records
 from dpmtv.embedded.world import ALL_CODES, combo_index
-from dpmtv.extract import mean_selected_heads
+from dpmtv.forward.extract import mean_selected_heads
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
-from dpmtv.prompts import chunk_prompt
 
 PROBE_SEED = 20_261_206  # public, fixed before any probe number was seen
 SHOTS_PER_CHUNK = 8

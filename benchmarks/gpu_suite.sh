@@ -37,5 +37,5 @@ from pathlib import Path; write_photo_records(Path('$WORK'), 16, px=64)"
     --smolvlm-shots 8 --chunks 128 --repeats 3 --out benchmarks/results/private_batches_gpu.json
 # the bitwise chunk-independence tests (one chunk per pass and fixed shapes) and the prepare-worker
 # tests on the device
-DPMTV_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:randomly tests/test_chunk_independence.py \
-    tests/test_fixed_shapes.py tests/test_prepare_workers.py tests/test_prefetch.py
+DPMTV_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:randomly tests/forward/test_chunk_independence.py \
+    tests/forward/test_fixed_shapes.py tests/forward/test_prepare_workers.py tests/forward/test_prefetch.py

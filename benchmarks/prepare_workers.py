@@ -7,13 +7,13 @@ Usage:  python benchmarks/prepare_workers.py [--chunks 24] [--px 384] [--forward
 
 A chunk is 8 records with px × px noisy PNG images (decoding costs what a photo costs); preparing
 it is rendering the prompt, decoding the images, the processor and the tokenizer, exactly what
-the build's private passes do (dpmtv.extract.prepared_inputs). The stubbed forward pass sleeps
+the build's private passes do (dpmtv.forward.extract.prepared_inputs). The stubbed forward pass sleeps
 ``--forward-ms`` per chunk, leaving the CPUs to the workers as a GPU forward pass would
 (``--forward-ms 0``: the real forward pass, e.g. on a GPU with ``--device cuda``). Runs
 alternate (1 worker, 2 workers, ...) and the best of ``--repeats`` counts; the load average is
 recorded, since other processes share the CPUs.
 
-Within a build the private passes share their prepare workers (``dpmtv._prepare.reusing_workers``):
+Within a build the private passes share their prepare workers (``dpmtv.forward._prepare.reusing_workers``):
 the figures are for such a pass (one warm-up pass of each kind first, not counted), and
 ``fresh_workers`` repeats the prepare throughput with workers forked for the pass (a build's first
 pass). ``cpu_ms_per_chunk`` is the CPU time of this process and its workers per chunk prepared,
@@ -55,7 +55,7 @@ def reusing_workers():
     """The build's block of passes sharing prepare workers (nothing, in versions without it)."""
     import contextlib
 
-    from dpmtv import _prepare
+    from dpmtv.forward import _prepare
 
     return getattr(_prepare, "reusing_workers", contextlib.nullcontext)()
 
@@ -78,7 +78,7 @@ def cpu_seconds() -> float:
 
 def prepare_rate(adapter, prompts, workers: int) -> dict:
     """Chunks prepared per second (nothing else runs), and CPU ms per chunk."""
-    from dpmtv.extract import prepared_inputs
+    from dpmtv.forward.extract import prepared_inputs
 
     cpu, started = cpu_seconds(), time.perf_counter()
     for _ in prepared_inputs(adapter, prompts, max_prompt_tokens=4096, workers=workers):
@@ -90,8 +90,8 @@ def prepare_rate(adapter, prompts, workers: int) -> dict:
 
 def wait_share(adapter, prompts, workers: int, forward_s: float) -> dict:
     """The forward pass's waiting share of wall time (``forward_s`` 0: the real forward pass)."""
-    from dpmtv._prefetch import PipelineTimings
-    from dpmtv.extract import prepared_inputs, selected_heads_of, to_device
+    from dpmtv.forward._prefetch import PipelineTimings
+    from dpmtv.forward.extract import prepared_inputs, selected_heads_of, to_device
     from dpmtv.heads import parse_head_spec
 
     heads = parse_head_spec("all", adapter.geometry)

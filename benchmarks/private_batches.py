@@ -37,14 +37,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from dpmtv.data.prompts import chunk_prompt  # noqa: E402
+from dpmtv.forward.prompt_budget import prompt_length  # noqa: E402
 from dpmtv.heads import parse_head_spec  # noqa: E402
 from dpmtv.models.loading import load_model  # noqa: E402
 from dpmtv.pipeline.build import BuildSettings  # noqa: E402
 from dpmtv.pipeline.private_batching import resolve_private_batch_size  # noqa: E402
 from dpmtv.pipeline.tasks import iter_clipped_chunks  # noqa: E402
 from dpmtv.privacy import Partition, parse_l2_clip_norms  # noqa: E402
-from dpmtv.prompt_budget import prompt_length  # noqa: E402
-from dpmtv.prompts import chunk_prompt  # noqa: E402
 
 
 def _records(model: str, count: int, folder: Path, px: int):

@@ -6,7 +6,7 @@ per chunk (m = 64 chunks), all heads captured. Variants:
 
 - ``variable-padding-bB``: batches of B chunks, left-padded to the batch's longest prompt (the
   old private path; a chunk's values depend on the other rows);
-- ``one-chunk-per-pass``: the chosen private path (:func:`dpmtv.extract.extract_each_chunk`);
+- ``one-chunk-per-pass``: the chosen private path (:func:`dpmtv.forward.extract.extract_each_chunk`);
 - ``fixed-shape-TxB``: every prompt padded to a public T tokens, batches filled to B with
   public dummy rows. Also checked here: whether fixed shapes alone make a chunk bitwise
   independent of the other rows (one record made longer, another chunk's record replaced).
@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpmtv.data.prompts import Example, Prompt, blank_image, chunk_prompt
 from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.suite import task_records
-from dpmtv.extract import extract_each_chunk, extract_selected_heads, selected_heads_of
+from dpmtv.forward.extract import extract_each_chunk, extract_selected_heads, selected_heads_of
+from dpmtv.forward.prompt_budget import model_position_limit
 from dpmtv.heads import parse_head_spec
 from dpmtv.models.loading import load_model
-from dpmtv.prompt_budget import model_position_limit
-from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 
 SHOTS, NUM_RECORDS = 8, 512
 

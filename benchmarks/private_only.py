@@ -42,18 +42,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpmtv.data.prompts import zero_shot_prompts
 from dpmtv.demo.config import load_defaults
 from dpmtv.demo.recognition import run_ceiling
 from dpmtv.embedded.generator import get_task, task_suite
 from dpmtv.embedded.suite import first_token_correct, task_codes, task_records
 from dpmtv.embedded.world import combo_index
-from dpmtv.executor import LocalExecutor
+from dpmtv.forward.executor import LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.settings import PrivateClipSettings
 from dpmtv.pipeline.tasks import CenteredRows
-from dpmtv.prompts import zero_shot_prompts
 from dpmtv.selection.candidates import CandidateUtilities
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -196,8 +196,8 @@ def exact_candidate(loaded, private: list, spec: str, shots: int, executor=None)
     """The ablation: the candidate with the largest EXACT utility total over the private chunks
     (no noise, no privacy), for ``exact:utility[:list]``: with ``--reuse-rows`` the very
     utilities the noisy builds of this (task, seed) saw, else over consecutive records."""
+    from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
     from dpmtv.privacy import Partition
-    from dpmtv.prompt_budget import resolve_max_prompt_tokens
     from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets, candidate_totals
 
     _, utility, *rest = spec.split(":")

@@ -38,15 +38,15 @@ import torch
 from dp_accounting.dp_event import DiscreteLaplaceDpEvent
 
 from dpmtv.candidate_lists import candidate_head_sets
+from dpmtv.data.prompts import zero_shot_prompts
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import first_token_correct, task_records
+from dpmtv.forward.hooks import layer_patches
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.privacy.calibrate import calibrate_gaussian_noise_multiplier
 from dpmtv.privacy.events import epsilon_of, gaussian_release_event
-from dpmtv.prompts import zero_shot_prompts
 from dpmtv.selection.released import pool_values, record_utilities
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpmtv.data.prompts import chunk_prompt, zero_shot_prompts
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import (
@@ -59,9 +60,9 @@ from dpmtv.embedded.suite import (
     task_records,
 )
 from dpmtv.eval.stats import t_interval
-from dpmtv.extract import stack_selected_heads
+from dpmtv.forward.extract import stack_selected_heads
+from dpmtv.forward.hooks import layer_patches
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import layer_patches
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.partition import ChunkPrompts, chunk_records
@@ -74,7 +75,6 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
 from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.prompts import chunk_prompt, zero_shot_prompts
 from dpmtv.selection import chunk_votes, select_public
 
 DELTA = 1e-5

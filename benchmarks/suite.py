@@ -88,14 +88,14 @@ def _settings(shots: int, **extra):
 
 # ---------------------------------------------------------------- pipeline
 def pipeline(tmp: Path, options) -> dict:
-    from dpmtv._prefetch import PipelineTimings
     from dpmtv.data import load_records
-    from dpmtv.extract import extract_each_chunk
+    from dpmtv.forward._prefetch import PipelineTimings
+    from dpmtv.forward.extract import extract_each_chunk
+    from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
     from dpmtv.pipeline.partition import ChunkPrompts
     from dpmtv.privacy import Partition
-    from dpmtv.prompt_budget import resolve_max_prompt_tokens
 
     shots, chunks = 8, options.pipeline_chunks
     loaded = load_model("embedded", device=options.device, dtype=options.dtype)
@@ -139,7 +139,7 @@ def workers(tmp: Path, options) -> dict:
     from dpmtv.data import load_records
     from dpmtv.data.synthetic import write_colour_records
     from dpmtv.distributed import RayExecutor
-    from dpmtv.executor import LocalExecutor, ModelSource
+    from dpmtv.forward.executor import LocalExecutor, ModelSource
     from dpmtv.heads import parse_head_spec
     from dpmtv.models.loading import load_model
     from dpmtv.pipeline.build import reference_activations
@@ -153,7 +153,7 @@ def workers(tmp: Path, options) -> dict:
     heads = parse_head_spec("all", loaded.adapter.geometry)
     settings = dataclasses.replace(_settings(shots), max_prompt_tokens=None)
     layout = plan_layout(loaded, records, heads, settings)
-    from dpmtv.prompt_budget import resolve_max_prompt_tokens
+    from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 
     settings = dataclasses.replace(
         settings, max_prompt_tokens=resolve_max_prompt_tokens(loaded.adapter, None)
@@ -259,8 +259,8 @@ def first_token_latency(
     ``pairs`` interleaved zero-shot / zero-shot-with-the-vector passes (the hook overhead, a
     small difference: many cheap repeats, each after a warm-up pass of its kind), and
     ``repeats`` of each ``shots``-shot ICL prompt."""
+    from dpmtv.data.prompts import Example, Prompt, zero_shot
     from dpmtv.inference import apply
-    from dpmtv.prompts import Example, Prompt, zero_shot
 
     query = records[-1]
     prompts = {"zero_shot": zero_shot(Example(query.load_images(), query.question))}

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from rich.progress import track
 
+from dpmtv.data.prompts import chunk_prompt, zero_shot_prompts
 from dpmtv.embedded import checkpoint_path
 from dpmtv.embedded.generator import task_suite
 from dpmtv.embedded.recognition import recognition_ceiling
@@ -41,11 +42,10 @@ from dpmtv.embedded.suite import (
     task_codes,
     task_records,
 )
-from dpmtv.extract import extract_selected_heads
+from dpmtv.forward.extract import extract_selected_heads
+from dpmtv.forward.hooks import blend_heads_per_row, layer_patches
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import blend_heads_per_row, layer_patches
 from dpmtv.models.loading import load_model
-from dpmtv.prompts import chunk_prompt, zero_shot_prompts
 
 SHOTS, PUBLIC_CHUNKS, DEV_QUERIES, VAL_QUERIES = 8, 32, 24, 48
 DECIDING_QUERIES = 24  # extra public dev and val queries each, in the task's deciding cells

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dpmtv.data.prompts import blank_image
 from dpmtv.embedded import checkpoint_format as fmt
 from dpmtv.embedded.render import IMAGE_SIZE
-from dpmtv.prompts import blank_image
 
 
 class HeadOutputs:

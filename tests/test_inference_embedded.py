@@ -2,13 +2,13 @@
 
 import pytest
 
+from dpmtv.data.prompts import Example
 from dpmtv.embedded.generator import get_task
 from dpmtv.embedded.suite import task_records
 from dpmtv.heads import HeadSet
 from dpmtv.inference import answer_queries
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.prompts import Example
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Files written whole or not at all: every file dpmtv writes (artifacts, cards, signatures,
 selections, reports, results, plots) goes to a temporary file beside its target, named
-``.NAME.XXXXXXXX.tmp`` (the name :data:`dpmtv._output_path.TEMPORARY_NAME` recognises as ours),
+``.NAME.XXXXXXXX.tmp`` (the name :data:`dpmtv.cli._output_path.TEMPORARY_NAME` recognises as ours),
 which is renamed over the target once complete. A reader sees the old file or the new one, never
 a half-written one, and a failed write leaves no temporary behind."""
 

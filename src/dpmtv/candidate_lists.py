@@ -8,7 +8,7 @@ heads by position (the same part in each layer of the subset; ``np.array_split``
 sets for 4 layers of 8 heads).
 
 Apart from the model-side utilities so that loading an artifact can re-derive its recorded list
-from its recorded kind and pool (:mod:`dpmtv._artifact_claim`) without importing the model code.
+from its recorded kind and pool (:mod:`dpmtv.artifact.claim`) without importing the model code.
 """
 
 from __future__ import annotations

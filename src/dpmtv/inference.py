@@ -7,14 +7,14 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from dpmtv.artifact.vector import TaskVector
+from dpmtv.data.prompts import Example, zero_shot
 from dpmtv.errors import ParameterError
-from dpmtv.extract import iter_batches
-from dpmtv.hooks import PatchMode, overwrite_heads
+from dpmtv.forward.extract import iter_batches
+from dpmtv.forward.hooks import PatchMode, overwrite_heads
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import Example, zero_shot
-from dpmtv.vector import TaskVector
 
 
 @contextmanager

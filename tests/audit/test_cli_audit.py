@@ -69,7 +69,7 @@ def test_bad_options(runner, tmp_path, extra, message):
 
 
 def test_sensitivity_audit_on_the_model_writes_its_table(runner, tmp_path, tiny_llava_path):
-    from tests.test_build_user_level import write_user_records
+    from tests.pipeline.test_build_user_level import write_user_records
 
     data = write_user_records(tmp_path / "users", heavy_seed=0)
     out = tmp_path / "sens"

@@ -29,11 +29,11 @@ from dpmtv.audit.membership import (
 from dpmtv.audit.membership.scoring import _teacher_forced
 from dpmtv.cli import main
 from dpmtv.data import load_records
+from dpmtv.data.prompts import Example, Prompt, zero_shot
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import extract_selected_heads
+from dpmtv.forward.extract import extract_selected_heads
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings
-from dpmtv.prompts import Example, Prompt, zero_shot
 from tests.conftest import write_records
 
 
@@ -218,7 +218,7 @@ def test_public_clip_norms_are_per_layer_quantiles(tiny_llava, tiny_records):
     heads = parse_head_spec("layers:0-1", tiny_llava.adapter.geometry)
     norms = public_clip_norms(tiny_llava, public, heads, shots_per_chunk=2, quantile=1.0)
     assert len(norms) == 2 and all(c > 0 for c in norms)
-    from dpmtv.prompts import chunk_prompt
+    from dpmtv.data.prompts import chunk_prompt
 
     prompts = [chunk_prompt(public[i : i + 2], query="record", query_question="") for i in (0, 2, 4)]
     values = extract_selected_heads(tiny_llava.adapter, prompts, heads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpmtv.extract as extract_module
+import dpmtv.forward.extract as extract_module
 from dpmtv.audit import MECHANISMS
 from dpmtv.audit.model import audit_model, model_chunk_vectors
 from dpmtv.data import load_records

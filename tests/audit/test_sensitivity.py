@@ -10,11 +10,11 @@ import dpmtv.pipeline.partition as partition_module
 import dpmtv.pipeline.plan as plan_module
 from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.data import load_records
-from dpmtv.executor import LocalExecutor
+from dpmtv.forward.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy import AdjacencyRelation, PrivacyUnit
-from tests.test_build_user_level import write_user_records
+from tests.pipeline.test_build_user_level import write_user_records
 
 USER_LEVEL = dict(privacy_unit="user", num_chunks=16, max_records_per_user=2)
 

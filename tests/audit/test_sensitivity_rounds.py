@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import dpmtv._prepare as prepare_module
+import dpmtv.forward._prepare as prepare_module
 import dpmtv.privacy.clip_quantile as clip_quantile
 import dpmtv.privacy.noisy_top_k as noisy_top_k
 from dpmtv.audit.sensitivity import audit_sensitivity

@@ -77,7 +77,7 @@ class PreparePids:
     description = "prepare pids"
 
     def run(self, loaded, records, partition, *, progress):
-        from dpmtv._prepare import prepared
+        from dpmtv.forward._prepare import prepared
 
         return {pid for pid in prepared(_pid_of, max(len(partition.chunks), 2), workers=1, depth=1)}
 

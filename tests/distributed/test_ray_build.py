@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from dpmtv.artifact.vector import load_task_vector
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.distributed import RayExecutor, split_batches
 from dpmtv.distributed.network import wait_for_head
 from dpmtv.errors import DistributedError
-from dpmtv.executor import LocalExecutor, ModelSource
+from dpmtv.forward.executor import LocalExecutor, ModelSource
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, reference_activations
 from dpmtv.pipeline.plan import plan_layout
 from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
-from dpmtv.vector import load_task_vector
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
 from tests.distributed._helpers import (

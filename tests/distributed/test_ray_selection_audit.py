@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from dpmtv.artifact.vector import load_task_vector
 from dpmtv.audit.sensitivity import audit_sensitivity
 from dpmtv.cli import main
 from dpmtv.data import load_records
 from dpmtv.distributed import RayExecutor
-from dpmtv.executor import ModelSource
+from dpmtv.forward.executor import ModelSource
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings
 from dpmtv.privacy.noisy_top_k import head_vote_counts
 from dpmtv.selection import chunk_votes
-from dpmtv.vector import load_task_vector
 from tests._tolerance import FLOAT32_REL
 from tests.conftest import write_records
 from tests.distributed._helpers import assert_close_relative, dies_in_batch_one, one_torch_thread
-from tests.test_build_user_level import write_user_records
+from tests.pipeline.test_build_user_level import write_user_records
 
 pytestmark = pytest.mark.slow
 

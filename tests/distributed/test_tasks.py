@@ -13,7 +13,7 @@ from dpmtv.data import load_records
 from dpmtv.distributed import split_batches
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.errors import DistributedError
-from dpmtv.executor import LocalExecutor
+from dpmtv.forward.executor import LocalExecutor
 from dpmtv.heads import parse_head_spec
 from dpmtv.pipeline.build import BuildSettings, reference_activations
 from dpmtv.pipeline.plan import plan_layout
@@ -113,7 +113,7 @@ def test_an_actor_reuses_its_prepare_workers_across_batches(tiny_llava_path, rec
     import os
 
     from dpmtv.distributed.ray_executor import ChunkWorker
-    from dpmtv.executor import ModelSource
+    from dpmtv.forward.executor import ModelSource
 
     worker = ChunkWorker(ModelSource(str(tiny_llava_path)))
     partition = Partition(chunks=tuple((3 * i, 3 * i + 1, 3 * i + 2) for i in range(4)), num_unused=8)

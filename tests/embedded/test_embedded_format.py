@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaProcessor
 
+from dpmtv.data.prompts import Example, Prompt, blank_image, chat_messages
 from dpmtv.embedded import checkpoint_format as fmt
 from dpmtv.embedded import generator as gen
-from dpmtv.prompts import Example, Prompt, blank_image, chat_messages
 from tests._tolerance import assert_close_to_scale
 
 
@@ -24,7 +24,7 @@ def saved(tmp_path_factory):
 
 
 def _messages(answers):
-    """What the adapters send the chat template (``dpmtv.prompts.chat_messages``): one image per turn."""
+    """What the adapters send the chat template (``dpmtv.data.prompts.chat_messages``): one image per turn."""
     image = blank_image((24, 24))
     demos = tuple(Example((image,), gen.QUESTION, answer) for answer in answers)
     return chat_messages(Prompt(demos, Example((image,), gen.QUESTION)))

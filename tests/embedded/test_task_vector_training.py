@@ -125,9 +125,9 @@ def test_the_chunk_mean_loss_averages_disjoint_chunk_prompts_read_at_their_query
 
 def test_the_chunk_mean_loss_with_a_blank_query_reads_every_record_then_the_packages_blank_image():
     """``query="blank"``: all s records are demonstrations and the query image is the one the
-    package's ``--query blank`` build shows the model (dpmtv.prompts.blank_image through the
+    package's ``--query blank`` build shows the model (dpmtv.data.prompts.blank_image through the
     processor)."""
-    from dpmtv.prompts import blank_image
+    from dpmtv.data.prompts import blank_image
 
     _, batch, loss, _, shape, seen = _chunk_mean_run("blank", head_fraction=0.5)
     length = fmt.episode_ids(np.zeros((1, SHOTS), dtype=np.int64), query=True).shape[1]

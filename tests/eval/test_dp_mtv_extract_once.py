@@ -120,7 +120,7 @@ def test_mtv_is_the_plain_mean_of_dp_mtvs_chunks_from_the_same_extraction(
     tiny_llava, tmp_path, counted_extractions
 ):
     from dpmtv.eval.methods import mtv_task_vector
-    from dpmtv.extract import mean_selected_heads
+    from dpmtv.forward.extract import mean_selected_heads
     from dpmtv.pipeline.partition import ChunkPrompts
     from dpmtv.pipeline.plan import plan_layout
 

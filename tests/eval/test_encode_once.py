@@ -9,12 +9,12 @@ import torch
 
 import dpmtv.eval.methods
 from dpmtv.data import load_records
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.eval import LoadOptions, load_record_files
 from dpmtv.eval.generation import encoded_within_budget, fit_demonstrations, prompt_length
 from dpmtv.eval.methods import EvalSettings, _clean, parse_methods
 from dpmtv.eval.runner import run_evaluation
 from dpmtv.inference import answer_queries
-from dpmtv.prompts import Example, Prompt
 from tests.conftest import write_records
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from dpmtv.hooks import LayerPatch, PatchMode, capture_last_token, overwrite_heads
+from dpmtv.data.prompts import Example, Prompt
+from dpmtv.forward.hooks import LayerPatch, PatchMode, capture_last_token, overwrite_heads
 from dpmtv.models.loading import load_model
 from dpmtv.models.registry import family_entry
-from dpmtv.prompts import Example, Prompt
 from dpmtv.testing import build_tiny_checkpoint
 from tests.conftest import TEST_DEVICE
 

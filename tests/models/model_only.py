@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpmtv.hooks import LayerPatch, capture_last_token, overwrite_heads
+from dpmtv.forward.hooks import LayerPatch, capture_last_token, overwrite_heads
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.testing import build_tiny_checkpoint
 

@@ -15,7 +15,7 @@ from dpmtv.cli import main
 from dpmtv.errors import ModelError
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED, model_identity
 from dpmtv.models.loading import load_model
-from tests.test_cli import _build_args
+from tests.cli.test_cli import _build_args
 
 
 def _identity(loaded) -> dict:

@@ -14,14 +14,14 @@ import torch
 from click.testing import CliRunner
 
 from dpmtv.cli import main
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.errors import AdapterError
 from dpmtv.models.generic import SINGLE_IMAGE, GenericAdapter
 from dpmtv.models.loading import load_model
 from dpmtv.models.registry import GENERIC_FAMILIES
-from dpmtv.prompts import Example, Prompt
 from dpmtv.testing import build_tiny_checkpoint
+from tests.cli.test_cli import _build_args
 from tests.models.contract import random_image
-from tests.test_cli import _build_args
 
 ONE_SHOT = Prompt(
     (Example((random_image(np.random.default_rng(0)),), "What is it?", "a cat"),),

@@ -2,7 +2,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dpmtv.prompts import Example, Prompt
+from dpmtv.data.prompts import Example, Prompt
 from tests.models.contract import AdapterContract
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dpmtv.hooks import capture_last_token
+from dpmtv.forward.hooks import capture_last_token
 from dpmtv.selection._data import PublicTask, prepare_public_task
 
 PLANTED = ((0, 1), (1, 2), (1, 3))

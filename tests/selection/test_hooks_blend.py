@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dpmtv.errors import HeadSpecError
-from dpmtv.hooks import LayerPatch, blend_heads_per_row, overwrite_heads
+from dpmtv.forward.hooks import LayerPatch, blend_heads_per_row, overwrite_heads
 from dpmtv.selection._data import make_queries
 from tests._tolerance import assert_close_to_scale
 

@@ -13,6 +13,7 @@ import torch
 from dp_accounting.dp_event import DiscreteLaplaceDpEvent, GaussianDpEvent
 
 import dpmtv.pipeline.release as release_module
+from dpmtv.artifact.vector import load_task_vector
 from dpmtv.data import load_records
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
@@ -24,7 +25,6 @@ from dpmtv.privacy.release import calibrated_noise_std
 from dpmtv.privacy.sensitivity import l2_sensitivity
 from dpmtv.selection.candidates import CandidateUtilities, candidate_head_sets
 from dpmtv.selection.released import pool_values, record_utilities
-from dpmtv.vector import load_task_vector
 
 SELECTION = PrivateSelectionSettings(
     k=1,

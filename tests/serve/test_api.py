@@ -11,8 +11,8 @@ import httpx
 import pytest
 from PIL import Image
 
+from dpmtv.data.prompts import Example
 from dpmtv.inference import answer_queries
-from dpmtv.prompts import Example
 from dpmtv.serve._images import image_from_data_url
 from tests.serve.conftest import chat_body, png_data_url, run
 

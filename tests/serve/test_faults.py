@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from PIL import EpsImagePlugin, Image
 
 from dpmtv.cli import main
+from dpmtv.data.prompts import Example
 from dpmtv.errors import ParameterError
 from dpmtv.inference import answer_queries
-from dpmtv.prompts import Example
 from dpmtv.serve import ServeSettings
 from dpmtv.serve._images import decode_image, encoded_image, image_from_data_url
 from tests.serve.conftest import chat_body, png_data_url, run

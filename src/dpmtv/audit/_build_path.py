@@ -37,7 +37,7 @@ import numpy as np
 
 from dpmtv.candidate_lists import candidate_head_sets
 from dpmtv.data.records import Record
-from dpmtv.executor import Executor
+from dpmtv.forward.executor import Executor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.artifact import per_head_rows

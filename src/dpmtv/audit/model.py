@@ -1,8 +1,8 @@
 """Chunk vectors of a real model for the audit: forward passes once, canary chosen by measurement.
 
 ``D`` is the given records, cut into ``m = floor(N/s)`` chunks by one ``partition_replace_one``
-draw; chunk ``j`` is rendered with :func:`dpmtv.prompts.chunk_prompt` and its selected heads are
-read with :func:`dpmtv.extract.extract_selected_heads` — the build's own plumbing. ``D'``
+draw; chunk ``j`` is rendered with :func:`dpmtv.data.prompts.chunk_prompt` and its selected heads are
+read with :func:`dpmtv.forward.extract.extract_selected_heads` — the build's own plumbing. ``D'``
 replaces one record of chunk 0 with a canary record.
 
 The canary
@@ -34,9 +34,10 @@ from PIL import Image, ImageOps
 
 from dpmtv.audit.mechanism import MECHANISMS, AuditPoint, Mechanism, audit_chunk_vectors
 from dpmtv.audit.stats import epsilon_lower_bound
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import stack_selected_heads
+from dpmtv.forward.extract import stack_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import (
@@ -48,7 +49,6 @@ from dpmtv.privacy import (
     secure_rng,
     seeded_rng,
 )
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 
 __all__ = ["POWER_FRACTIONS", "ModelCanary", "audit_model", "canary_power", "model_chunk_vectors"]
 

@@ -55,11 +55,11 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from dpmtv._atomic import write_text_atomically
-from dpmtv._prepare import reusing_workers
 from dpmtv.audit._build_path import BuildPath, Measured
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.forward._prepare import reusing_workers
+from dpmtv.forward.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import BuildSettings

@@ -144,7 +144,7 @@ def print_json_summary(path: Any, *, ledger_status: Any = None) -> None:
     """``--json``: the build's summary as one JSON object on stdout (the written artifact's
     metadata, read back as it is on disk, its path, and the dataset's ledger status when one was
     charged)."""
-    from dpmtv.vector import load_task_vector
+    from dpmtv.artifact.vector import load_task_vector
 
     metadata = load_task_vector(path).metadata
     summary: dict[str, Any] = {"path": str(path), "metadata": json.loads(metadata.model_dump_json())}

@@ -14,6 +14,7 @@ from dpmtv.cli._common import (
 )
 from dpmtv.cli._ray import ray_options
 from dpmtv.cli.budget import ledger_option
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.pipeline.defaults import (
     CLIP_UTILITIES,
     DEFAULT_CLIP_EPSILON_FRACTION,
@@ -23,7 +24,6 @@ from dpmtv.pipeline.defaults import (
     DEFAULT_L2_CLIP_NORM,
     DEFAULT_SHOTS_PER_CHUNK,
 )
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 
 def build_options(function):

@@ -219,7 +219,7 @@ def clip_norms_or_auto(ctx, param, value: str | None) -> str | tuple[float, ...]
 
 def guarantee_text(privacy) -> str:
     """The one line that states what a vector guarantees (rich markup)."""
-    from dpmtv._claim_words import floating_point_caveat, seeded_noise_words
+    from dpmtv.artifact._claim_words import floating_point_caveat, seeded_noise_words
 
     p = privacy
     if p.private:
@@ -247,8 +247,8 @@ def trusted_key_option(function):
 
 def signature_text(vector, path) -> str:
     """Who signed ``vector`` (loaded from ``path``): verified, recorded but not verified, or nobody."""
+    from dpmtv.artifact.signature import signer_key_sha256
     from dpmtv.errors import ArtifactSignatureError
-    from dpmtv.signature import signer_key_sha256
 
     if vector.signer is not None:
         return f"signed by {vector.signer.describe()}, verified"

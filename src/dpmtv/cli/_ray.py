@@ -111,7 +111,7 @@ def ray_executor(ray_address, workers, gpus_per_worker, loaded, *, dtype, device
             raise ParameterError("--gpus-per-worker needs --ray")
         return contextlib.nullcontext(None)
     from dpmtv.distributed import RayExecutor
-    from dpmtv.executor import ModelSource
+    from dpmtv.forward.executor import ModelSource
     from dpmtv.models.loading import current_load_options
 
     remote = current_load_options()

@@ -58,9 +58,9 @@ def command(
     device,
 ):
     """Answer zero-shot queries with a task vector applied (no further privacy cost)."""
+    from dpmtv.artifact.vector import load_task_vector
     from dpmtv.inference import answer_queries
     from dpmtv.models.loading import load_model
-    from dpmtv.vector import load_task_vector
 
     examples, ids = _query_examples(images, question, queries)
     if trusted_keys and not vector_path:
@@ -83,8 +83,8 @@ def command(
 
 def _query_examples(images, question, queries):
     from dpmtv.data import load_records
+    from dpmtv.data.prompts import Example
     from dpmtv.data.records import Record, validate_records
-    from dpmtv.prompts import Example
 
     if queries and (images or question):
         raise ParameterError("give either --queries FILE or --image/--question, not both")

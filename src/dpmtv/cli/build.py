@@ -9,13 +9,6 @@ import click
 from rich.markup import escape
 
 from dpmtv._build_time import build_timestamp
-from dpmtv._output_path import (
-    artifact_size_bound,
-    check_not_an_input,
-    check_output_path,
-    check_output_space,
-    prepare_output_folder,
-)
 from dpmtv.cli._build_config import EXAMPLES, GroupedHelpCommand, config_options, print_json_summary
 from dpmtv.cli._build_options import build_options
 from dpmtv.cli._common import (
@@ -23,6 +16,13 @@ from dpmtv.cli._common import (
     err_console,
     print_vector_summary,
     print_warning,
+)
+from dpmtv.cli._output_path import (
+    artifact_size_bound,
+    check_not_an_input,
+    check_output_path,
+    check_output_space,
+    prepare_output_folder,
 )
 from dpmtv.cli._ray import check_ray_installed, ray_executor
 from dpmtv.cli.budget import resolve_build_ledger
@@ -86,7 +86,7 @@ def _check_options(options) -> None:
         options["l2_clip_norm"], options["public_data"], options["heads_from"], options["non_private"]
     )
     if options["sign_key"] is not None:  # a bad key must not surface after the charge
-        from dpmtv.signature import check_signing_key
+        from dpmtv.artifact.signature import check_signing_key
 
         check_signing_key(options["sign_key"])
 
@@ -95,7 +95,7 @@ def _sign(path: Path, sign_key: Path | None) -> str | None:
     """Sign the written artifact; after the charge a failure says that the charge stands."""
     if sign_key is None:
         return None
-    from dpmtv.signature import sign_task_vector, signer_key_sha256
+    from dpmtv.artifact.signature import sign_task_vector, signer_key_sha256
 
     try:
         signature = sign_task_vector(path, private_key=sign_key)
@@ -394,7 +394,7 @@ def _check_public_inputs(records, options):
 
 def _tensors_sha256(path) -> str:
     """The hash the written artifact records (read back, so the ledger holds what is on disk)."""
-    from dpmtv.vector import load_task_vector
+    from dpmtv.artifact.vector import load_task_vector
 
     return load_task_vector(path).metadata.tensors_sha256
 

@@ -22,14 +22,14 @@ from dpmtv.models.registry import UNTESTED_WARNING, is_contract_tested
 def command(artifact, as_json, as_card, trusted_keys):
     """Show a task vector's guarantee, model and parameters, and who signed it (verifies its hash,
     its claim and, with --trusted-key, its signature)."""
-    from dpmtv.vector import load_task_vector
+    from dpmtv.artifact.vector import load_task_vector
 
     vector = load_task_vector(artifact, trusted_keys=trusted_keys)
     model_type = str(vector.metadata.model.get("model_type"))
     if not is_contract_tested(model_type):
         print_warning(UNTESTED_WARNING.format(model_type=model_type))
     if as_card:
-        from dpmtv.card import render_card
+        from dpmtv.artifact.card import render_card
 
         click.echo(render_card(vector.metadata, artifact_name=Path(artifact).name), nl=False)
         return

@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpmtv.cli._common import console, model_options
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.errors import ParameterError
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 
 @click.command(name="select")

@@ -21,8 +21,8 @@ def command(artifact, private_key):
 
     The artifact is verified first (hashes and the consistency of its claim), so a key never
     vouches for a claim that contradicts its own numbers. Readers check it with --trusted-key."""
-    from dpmtv.signature import sign_task_vector, signer_key_sha256
-    from dpmtv.vector import load_task_vector
+    from dpmtv.artifact.signature import sign_task_vector, signer_key_sha256
+    from dpmtv.artifact.vector import load_task_vector
 
     load_task_vector(artifact)
     signature = sign_task_vector(artifact, private_key=private_key)

@@ -87,9 +87,9 @@ def chunk_tokens(adapter, task, shots_per_chunk: int) -> int:
     """The tokens of a full chunk prompt of ``task``, measured on its PUBLIC sample: every
     embedded record has one image, the one question and a one-word answer, so every chunk has
     this length (a longer one would keep its leading demonstrations, the build's public rule)."""
+    from dpmtv.data.prompts import chunk_prompt
     from dpmtv.embedded.suite import PUBLIC_SEED, task_records
-    from dpmtv.prompt_budget import prompt_length
-    from dpmtv.prompts import chunk_prompt
+    from dpmtv.forward.prompt_budget import prompt_length
 
     public = task_records(task, shots_per_chunk, seed=PUBLIC_SEED, split="public")
     return prompt_length(adapter, chunk_prompt(public, query="record", query_question=""))

@@ -302,7 +302,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpmtv.plot_style import method_label, method_style
+    from dpmtv.eval.plot_style import method_label, method_style
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     colours = {"seen": "tab:blue", "held_out": "tab:red", "label_maps": "tab:green", "rules": "tab:purple"}

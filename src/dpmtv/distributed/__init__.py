@@ -6,7 +6,7 @@ driver checks the ids, combines the results, and adds noise once (``docs/design.
 "Distributed builds").
 :class:`RayExecutor` needs the ``ray`` extra (``pip install 'dpmtv[ray]'``); it is imported on
 first use, so this package does not import Ray. The local executor and the chunk-task protocol
-are :mod:`dpmtv.executor`.
+are :mod:`dpmtv.forward.executor`.
 """
 
 from __future__ import annotations

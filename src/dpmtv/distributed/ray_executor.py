@@ -1,5 +1,5 @@
 """Distributed chunk work on Ray: actors that load the model once and run a
-:class:`~dpmtv.executor.ChunkTask` (the build's clipped sum, the audit's per-chunk
+:class:`~dpmtv.forward.executor.ChunkTask` (the build's clipped sum, the audit's per-chunk
 vectors, private selection's votes) on batches of chunks.
 
 The driver (this process) keeps the partition and its key; it sends each actor batches of chunk
@@ -35,12 +35,12 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-from dpmtv._prepare import ReusedWorkers
 from dpmtv._progress import progress_bar
 from dpmtv.distributed.batches import BatchResult, check_coverage, split_batches
 from dpmtv.distributed.network import wait_for_head
 from dpmtv.errors import DistributedError, DpmtvError, ParameterError
-from dpmtv.executor import ChunkTask, ModelSource
+from dpmtv.forward._prepare import ReusedWorkers
+from dpmtv.forward.executor import ChunkTask, ModelSource
 
 __all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
 
@@ -60,7 +60,7 @@ def import_ray():
 
 class ChunkWorker:
     """A Ray actor's code: load the model once, then run the tasks' batches sent to it. Its
-    prepare workers (:mod:`dpmtv._prepare`) are forked at its first batch and serve the next
+    prepare workers (:mod:`dpmtv.forward._prepare`) are forked at its first batch and serve the next
     ones; they exit with the actor (their command pipes close) or at :meth:`close`."""
 
     def __init__(self, source: ModelSource):

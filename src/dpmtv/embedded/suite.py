@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.data.records import Record
 from dpmtv.embedded.generator import Task, sample_codes_for_task, sample_records
-from dpmtv.hooks import LayerPatch, overwrite_heads
+from dpmtv.forward.hooks import LayerPatch, overwrite_heads
 from dpmtv.models.base import ModelAdapter
-from dpmtv.prompts import Example, Prompt
 
 SPLITS = {"private": 0, "public": 1, "test": 2, "public-dev": 3, "public-val": 4, "public-deciding": 5}
 PUBLIC_SEED = 1_000_003  # public data is generated from a seed disjoint from the experiment seeds

@@ -31,9 +31,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from dpmtv.data.prompts import Prompt
 from dpmtv.eval.benchmarks import Benchmark
 from dpmtv.eval.generation import ExampleCache, context_limit, derive_seed, generate_answers
 from dpmtv.eval.methods import MethodContext, MethodOutput, check_sampling_probability
+from dpmtv.forward.prompt_budget import fit_prompt
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import SeededGaussianSampler, epsilon_of, partition_replace_one, seeded_rng
 from dpmtv.privacy.noise import NoiseSampler
@@ -48,8 +50,6 @@ from dpmtv.privacy.noisy_vote import (
     vote_l2_sensitivity,
     votes_by_candidate,
 )
-from dpmtv.prompt_budget import fit_prompt
-from dpmtv.prompts import Prompt
 
 FULL_PARTITION_RELATION = "replace-one"
 SUBSAMPLED_RELATION = "add-remove-one"
@@ -150,7 +150,7 @@ def run_vote_forward(
     Every prompt is generated on its own (batching would let one chunk's prompt length change
     another's numerics), so a prompt's vote is a function of its own demonstrations and the public
     query. A prompt longer than ``max_prompt_tokens`` keeps its leading demonstrations that fit
-    (:mod:`dpmtv.prompt_budget`); a query that does not fit alone gets the empty answer, a vote for
+    (:mod:`dpmtv.forward.prompt_budget`); a query that does not fit alone gets the empty answer, a vote for
     no candidate."""
     answers = []
     for prompt in prompts:

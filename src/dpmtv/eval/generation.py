@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.data.records import Record
-from dpmtv.extract import iter_batches
+from dpmtv.forward.extract import iter_batches
+from dpmtv.forward.prompt_budget import fit_demonstrations, model_position_limit, prompt_length  # noqa: F401 (re-exported)
 from dpmtv.inference import generate_texts
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompt_budget import fit_demonstrations, model_position_limit, prompt_length  # noqa: F401 (re-exported)
-from dpmtv.prompts import Example, Prompt
 
 
 def derive_seed(seed: int, *labels: object) -> int:

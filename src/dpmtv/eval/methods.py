@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from dpmtv._version import __version__
+from dpmtv.artifact.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
+from dpmtv.data.prompts import Prompt
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.eval.benchmarks import Benchmark
 from dpmtv.eval.generation import (
@@ -60,8 +62,6 @@ from dpmtv.pipeline.build import (
 )
 from dpmtv.pipeline.settings import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 from dpmtv.privacy import event_to_json
-from dpmtv.prompts import Prompt
-from dpmtv.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 
 KINDS = ("zero-shot", "icl", "mtv", "dp-mtv", "dp-icl")
 NON_PRIVATE_KINDS = ("icl", "mtv")

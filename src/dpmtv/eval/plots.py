@@ -11,9 +11,9 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dpmtv._atomic import save_figure_atomically
+from dpmtv.eval.plot_style import epsilon_axis, method_label, method_style  # noqa: E402
 from dpmtv.eval.runner import EvalResults  # noqa: E402
 from dpmtv.eval.stats import t_interval  # noqa: E402
-from dpmtv.plot_style import epsilon_axis, method_label, method_style  # noqa: E402
 
 
 def plot_privacy_utility(results: EvalResults, summary: list[dict], path: Path) -> Path:
@@ -23,7 +23,7 @@ def plot_privacy_utility(results: EvalResults, summary: list[dict], path: Path) 
 def privacy_utility_figure(results: EvalResults, summary: list[dict]):
     """Private methods as mean ± 95% CI over seeds against ε (log scale); zero-shot and the
     non-private methods (MTV, ICL) as labelled horizontal reference lines. Styles and labels:
-    :mod:`dpmtv.plot_style`."""
+    :mod:`dpmtv.eval.plot_style`."""
     metric = results.primary_metric
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     draw_privacy_utility(

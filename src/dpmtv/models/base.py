@@ -1,5 +1,5 @@
 """The model-adapter contract: where a family's attention output projections live, its head
-geometry, and how a :class:`~dpmtv.prompts.Prompt` becomes model inputs.
+geometry, and how a :class:`~dpmtv.data.prompts.Prompt` becomes model inputs.
 
 An adapter is mostly data (class attributes). Module paths are resolved and verified against the
 loaded model when the adapter is attached, because transformers moves them between versions.
@@ -17,9 +17,9 @@ if TYPE_CHECKING:  # annotations only: HeadGeometry (artifacts, head specs) must
     import torch
     from torch import nn
 
+from dpmtv.data.prompts import Prompt, chat_messages
 from dpmtv.errors import AdapterError
 from dpmtv.models.chat_format import render_conversation
-from dpmtv.prompts import Prompt, chat_messages
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,11 @@ class ModelAdapter:
     model_types: ClassVar[tuple[str, ...]]  # config.model_type values served
     decoder_layers_path: ClassVar[str]  # dotted path from the top-level model
     o_proj_path: ClassVar[str] = "self_attn.o_proj"  # dotted path inside one decoder layer
-    # Whether encoding needs only the processor, so prepare workers may run it (dpmtv._prepare).
+    # Whether encoding needs only the processor, so prepare workers may run it (dpmtv.forward._prepare).
     prepares_in_workers: ClassVar[bool] = True
-    # Whether private chunks may share a forward pass at fixed public shapes (dpmtv.fixed_shapes):
+    # Whether private chunks may share a forward pass at fixed public shapes (dpmtv.forward.fixed_shapes):
     # a chunk's every input tensor must then take its shape from the public token budget and
-    # image count alone. Off unless the family's bitwise test shows it (tests/test_fixed_shapes.py).
+    # image count alone. Off unless the family's bitwise test shows it (tests/forward/test_fixed_shapes.py).
     fixed_shape_batches: bool = False
 
     def __init__(self, model: nn.Module, processor: Any):

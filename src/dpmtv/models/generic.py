@@ -107,10 +107,10 @@ SINGLE_IMAGE: dict[str, str] = {
 }
 
 
-# Families whose private chunks may share a fixed-shape forward pass (dpmtv.fixed_shapes), and why
+# Families whose private chunks may share a fixed-shape forward pass (dpmtv.forward.fixed_shapes), and why
 # a chunk's tensors then have public shapes: the image processor resizes every image to one size,
 # so each image is one tensor of one shape and one fixed run of image tokens, whatever its content.
-# Each is checked bitwise by tests/test_fixed_shapes.py; a family not listed keeps one chunk per pass.
+# Each is checked bitwise by tests/forward/test_fixed_shapes.py; a family not listed keeps one chunk per pass.
 FIXED_SHAPE_FAMILIES: dict[str, str] = {
     "llava": "the CLIP processor resizes and centre-crops every image to one size",
     "gemma3": "the SigLIP processor resizes every image to one size (pan-and-scan off)",

@@ -46,10 +46,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.errors import AdapterError, InputError
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.generic import check_projection_widths
-from dpmtv.prompts import Example, Prompt
 
 IMAGE_KINDS = ("processor", "pixel_values", "file_path")
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv.artifact.vector import TaskVector
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.metadata import artifact_metadata
 from dpmtv.pipeline.plan import BuildLayout
 from dpmtv.pipeline.settings import BuildSettings, Centering
 from dpmtv.privacy.release import NoisedVector
-from dpmtv.vector import TaskVector
 
 __all__ = ["per_head_rows", "released_task_vector"]
 

@@ -18,7 +18,7 @@ Order of a build, and why:
 3. ``before_noise`` (the ledger charge) runs exactly once, right before the first noise draw:
    before the selection's noisy top-k, or else just before the release noise;
 4. the private part (:mod:`dpmtv.pipeline.release`): (select,) extract, clip and sum the release
-   chunks (a failing chunk contributes zero, :mod:`dpmtv.failed_chunks`), noise once; then write
+   chunks (a failing chunk contributes zero, :mod:`dpmtv.forward.failed_chunks`), noise once; then write
    the artifact atomically. From the charge on, an error's message is withheld
    (:mod:`dpmtv.pipeline.private_phase`).
 """
@@ -33,9 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from dpmtv._build_time import build_timestamp, timestamp_seconds
+from dpmtv.artifact.vector import TaskVector, save_task_vector
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.forward.executor import Executor, LocalExecutor
+from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.artifact import released_task_vector
@@ -63,9 +66,6 @@ from dpmtv.pipeline.validation import validate_build_inputs
 from dpmtv.privacy import ClippedSumAccumulator, make_sampler, validate_epsilon_delta
 from dpmtv.privacy.disjoint import ChargedEvent
 from dpmtv.privacy.release import release_clipped_sum
-from dpmtv.prompt_budget import resolve_max_prompt_tokens
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
-from dpmtv.vector import TaskVector, save_task_vector
 
 __all__ = [
     "DEFAULT_QUERY_QUESTION",
@@ -117,7 +117,7 @@ def build_task_vector(
     ``started_at`` (:mod:`dpmtv._build_time`; default ``before_noise.started_at``, else now) is
     the one time stored: the artifact's ``created_at`` and file time, the ledger's rows.
     Records are validated before the charge (:mod:`dpmtv.pipeline.validation`); after it a
-    failing chunk contributes zero (:mod:`dpmtv.failed_chunks`) and errors are withheld
+    failing chunk contributes zero (:mod:`dpmtv.forward.failed_chunks`) and errors are withheld
     (:mod:`dpmtv.pipeline.private_phase`).
     """
     started_at = started_at or getattr(before_noise, "started_at", None) or build_timestamp()

@@ -6,16 +6,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dpmtv._build_time import build_timestamp
 from dpmtv._version import __version__
-from dpmtv.failed_chunks import FAILED_CHUNK_RULE
-from dpmtv.fixed_shapes import describe_private_forward
+from dpmtv.artifact.vector import ArtifactMetadata, PrivacyMetadata
+from dpmtv.forward.failed_chunks import FAILED_CHUNK_RULE
+from dpmtv.forward.fixed_shapes import describe_private_forward
+from dpmtv.forward.prompt_budget import OVER_LENGTH_RULE
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.pipeline.plan import BuildLayout
 from dpmtv.pipeline.settings import BuildSettings, QueryKind
 from dpmtv.privacy import event_to_json
 from dpmtv.privacy.release import GaussianReleasePlan
-from dpmtv.prompt_budget import OVER_LENGTH_RULE
-from dpmtv.vector import ArtifactMetadata, PrivacyMetadata
 
 if TYPE_CHECKING:  # the model's identity is read from it; torch loads with the model
     from dpmtv.models.loading import LoadedModel

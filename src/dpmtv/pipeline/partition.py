@@ -10,6 +10,7 @@ from typing import overload
 
 import numpy as np
 
+from dpmtv.data.prompts import Prompt, chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.errors import RecordError
 from dpmtv.pipeline.settings import BuildSettings
@@ -22,7 +23,6 @@ from dpmtv.privacy import (
 )
 from dpmtv.privacy.noisy_top_k import parallel_half, parallel_half_sizes
 from dpmtv.privacy.partition import SparseChunks
-from dpmtv.prompts import Prompt, chunk_prompt
 
 
 def partition_for_build(

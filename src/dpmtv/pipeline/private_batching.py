@@ -1,5 +1,5 @@
 """How a build's private forward passes run: one chunk per pass, or several chunks per pass at
-fixed public shapes (:mod:`dpmtv.fixed_shapes`).
+fixed public shapes (:mod:`dpmtv.forward.fixed_shapes`).
 
 The choice is made from public facts only — the model family's capability
 (:attr:`~dpmtv.models.base.ModelAdapter.fixed_shape_batches`), ``--private-batch-size``,
@@ -12,17 +12,17 @@ more than it saves (benchmarks/results/private_forward_shapes.json) — and a pa
 
 from __future__ import annotations
 
-from dpmtv.fixed_shapes import (
+from dpmtv.data.prompts import Prompt
+from dpmtv.forward.fixed_shapes import (
     DEFAULT_PRIVATE_BATCH_SIZE,
     DEFAULT_TOKENS_PER_PASS,
     FixedShape,
     dummy_inputs,
     dummy_prompt,
 )
+from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.models.base import ModelAdapter
 from dpmtv.pipeline.settings import BuildSettings
-from dpmtv.prompt_budget import resolve_max_prompt_tokens
-from dpmtv.prompts import Prompt
 
 __all__ = ["fixed_shape_of", "resolve_private_batch_size"]
 
@@ -31,7 +31,7 @@ def resolve_private_batch_size(adapter: ModelAdapter, settings: BuildSettings) -
     """Chunks per private pass: 1 where the family does not allow fixed shapes or the dummy row
     does not fit the budget; else ``settings.private_batch_size``, by default 1 when the budget is
     the model's position limit and, when a budget ``T`` is given, ``min(16, 8192 // T)`` (at least
-    1): a pass holds at most :data:`~dpmtv.fixed_shapes.DEFAULT_TOKENS_PER_PASS` padded tokens.
+    1): a pass holds at most :data:`~dpmtv.forward.fixed_shapes.DEFAULT_TOKENS_PER_PASS` padded tokens.
     Resolving resolved settings gives the same number."""
     if not adapter.fixed_shape_batches:
         return 1

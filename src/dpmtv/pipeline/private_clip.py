@@ -23,7 +23,7 @@ import numpy as np
 
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
-from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.forward.executor import Executor, LocalExecutor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.reference import PublicReference

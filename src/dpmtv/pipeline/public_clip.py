@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import extract_selected_heads, iter_batches
+from dpmtv.forward.extract import extract_selected_heads, iter_batches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.defaults import DEFAULT_CLIP_QUANTILE
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION, chunk_prompt
 
 __all__ = ["DEFAULT_CLIP_QUANTILE", "public_clip_norms"]
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpmtv.data.prompts import Example, Prompt, blank_image, chunk_prompt
 from dpmtv.data.records import load_records
 from dpmtv.errors import ParameterError
-from dpmtv.extract import mean_selected_heads
+from dpmtv.forward.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.settings import BuildSettings, Centering
-from dpmtv.prompts import Example, Prompt, blank_image, chunk_prompt
 
 __all__ = ["PublicReference", "public_layer_scales", "public_reference", "reference_activations"]
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from dpmtv._prepare import reusing_workers
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
-from dpmtv.executor import Executor
+from dpmtv.forward._prepare import reusing_workers
+from dpmtv.forward.executor import Executor
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.artifact import per_head_rows

@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.errors import ParameterError
 from dpmtv.pipeline.defaults import (
     DEFAULT_CLIP_EPSILON_FRACTION,
@@ -25,7 +26,6 @@ from dpmtv.pipeline.defaults import (
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, DEFAULT_CLIP_QUANTILE, clip_norm_candidates
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 
 __all__ = [
     "DEFAULT_L2_CLIP_NORM",
@@ -217,13 +217,13 @@ class BuildSettings:
     head_selection: dict[str, Any] = field(default_factory=lambda: {"method": "user"})
     progress: bool = True
     # Public token budget of one chunk prompt (None: the model's position limit); longer prompts
-    # follow dpmtv.prompt_budget.OVER_LENGTH_RULE.
+    # follow dpmtv.forward.prompt_budget.OVER_LENGTH_RULE.
     max_prompt_tokens: int | None = None
-    # Chunk prompts per private forward pass at fixed public shapes (dpmtv.fixed_shapes; None: 16
+    # Chunk prompts per private forward pass at fixed public shapes (dpmtv.forward.fixed_shapes; None: 16
     # where the family allows it and max_prompt_tokens is given, else 1 = one chunk per pass).
     private_batch_size: int | None = None
     # Processes preparing chunk inputs for the private passes (None: from the cores and device,
-    # dpmtv._prepare.default_prepare_workers; 0: one background thread). Changes no value.
+    # dpmtv.forward._prepare.default_prepare_workers; 0: one background thread). Changes no value.
     prepare_workers: int | None = None
 
     def __post_init__(self) -> None:
@@ -253,7 +253,7 @@ class BuildSettings:
 
     @property
     def query_source(self) -> str:
-        """The query as :func:`~dpmtv.prompts.chunk_prompt` takes it: "record", "blank", a path."""
+        """The query as :func:`~dpmtv.data.prompts.chunk_prompt` takes it: "record", "blank", a path."""
         return str(self.query_image) if self.query is QueryKind.PUBLIC_IMAGE else self.query.value
 
     @property

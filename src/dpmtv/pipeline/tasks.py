@@ -1,4 +1,4 @@
-"""The build's chunk tasks (:class:`dpmtv.executor.ChunkTask`), each a function of one chunk's
+"""The build's chunk tasks (:class:`dpmtv.forward.executor.ChunkTask`), each a function of one chunk's
 records at a time, run by an executor in this process or on Ray workers:
 
 * :class:`ClippedSum` — the build's release: the sum of the chunks' clipped vectors (the build
@@ -27,8 +27,9 @@ import numpy as np
 from dpmtv._progress import progress_bar
 from dpmtv.data.records import Record
 from dpmtv.errors import DistributedError
-from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import extract_each_chunk
+from dpmtv.forward.executor import Executor, LocalExecutor
+from dpmtv.forward.extract import extract_each_chunk
+from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.partition import ChunkPrompts
@@ -36,7 +37,6 @@ from dpmtv.pipeline.private_batching import fixed_shape_of
 from dpmtv.pipeline.settings import BuildSettings
 from dpmtv.privacy import ClippedSumAccumulator, Partition, clip_l2_per_layer
 from dpmtv.privacy.aggregate import max_clipped_sum_norm
-from dpmtv.prompt_budget import resolve_max_prompt_tokens
 
 __all__ = [
     "CenteredRows",
@@ -75,8 +75,8 @@ def iter_centered_chunks(
     """Per non-empty chunk: the selected heads' last-token outputs, centered,
     ``{layer: (1, k_l*d)}`` — each from the chunk's own forward pass or its row, fixed by
     its chunk id, of a pass of fixed public shapes, so a function of that chunk alone
-    (:func:`~dpmtv.extract.extract_each_chunk`, :mod:`dpmtv.fixed_shapes`); a chunk that the
-    public prompt-length rule drops, or whose computation fails (:mod:`dpmtv.failed_chunks`),
+    (:func:`~dpmtv.forward.extract.extract_each_chunk`, :mod:`dpmtv.forward.fixed_shapes`); a chunk that the
+    public prompt-length rule drops, or whose computation fails (:mod:`dpmtv.forward.failed_chunks`),
     yields zero rows (it contributes nothing). These are private, un-noised per-chunk
     values: the build sums them away at once; experiments (audits, sweeps) may hold them in
     memory, never write them."""

@@ -8,7 +8,7 @@ charge, whether the build ends with an artifact. So every check that one record 
 own runs here, over all records, and a failure refuses the build — nothing charged, nothing
 computed privately — with a message naming the file, line and field (the operator's own data,
 before the charge). What can only fail during private computation follows the public rule of
-:mod:`dpmtv.failed_chunks` instead.
+:mod:`dpmtv.forward.failed_chunks` instead.
 
 Per record:
 
@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from dpmtv.data.prompts import Example, Prompt, blank_image, public_query_image, zero_shot
 from dpmtv.data.records import Record
 from dpmtv.errors import ModelError, NumericalError, ParameterError, RecordError
-from dpmtv.extract import selected_heads_of
+from dpmtv.forward.extract import selected_heads_of
+from dpmtv.forward.prompt_budget import prompt_length, resolve_max_prompt_tokens
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import ModelAdapter
-from dpmtv.prompt_budget import prompt_length, resolve_max_prompt_tokens
-from dpmtv.prompts import Example, Prompt, blank_image, public_query_image, zero_shot
 from dpmtv.selection._data import first_answer_token
 
 if TYPE_CHECKING:

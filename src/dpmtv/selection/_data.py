@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, chunk_prompt, zero_shot
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.extract import mean_selected_heads
+from dpmtv.forward.extract import mean_selected_heads
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION, Example, Prompt, chunk_prompt, zero_shot
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def prepare_public_task(
 ) -> PublicTask:
     """Shuffle the PUBLIC records (seeded), hold out ``num_dev`` (default 20 %, at least 1) as dev
     queries, and use the rest both as train queries and, in chunks of ``shots``, as the many-shot
-    prompts (the build's own format, :func:`dpmtv.prompts.chunk_prompt`) whose mean is patched."""
+    prompts (the build's own format, :func:`dpmtv.data.prompts.chunk_prompt`) whose mean is patched."""
     if shots < 1:
         raise ParameterError(f"shots must be >= 1, got {shots}")
     order = np.random.default_rng(seed).permutation(len(records))

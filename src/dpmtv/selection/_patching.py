@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from dpmtv._kv_cache import cache_argument, output_cache
-from dpmtv.extract import iter_batches
-from dpmtv.hooks import blend_heads_per_row
+from dpmtv.forward._kv_cache import cache_argument, output_cache
+from dpmtv.forward.extract import iter_batches
+from dpmtv.forward.hooks import blend_heads_per_row
 from dpmtv.models.base import ModelAdapter
 from dpmtv.selection._data import Query
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import HeadGeometry, ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.selection._data import PublicTask, prepare_public_task
 from dpmtv.selection._patching import MaskScorer
 

@@ -4,7 +4,7 @@ r"""Private head selection among a small PUBLIC list of candidate head sets (iss
 Candidates (:func:`dpmtv.candidate_lists.candidate_head_sets`: ``layer-subsets``, ``layer-blocks``,
 ``layer-groups``) come from public architecture facts only: the model's geometry and the public pool,
 never from data. The artifact records the list's kind and pool with the list, so loading it
-re-derives the list (:mod:`dpmtv._artifact_claim`).
+re-derives the list (:mod:`dpmtv.artifact.claim`).
 
 The utility of candidate ``S`` for chunk ``j`` (:func:`chunk_candidate_utilities`): chunk ``j``'s
 records ``r_1..r_s`` form the build's many-shot prompt (``r_s``'s question as the query); the
@@ -49,13 +49,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from dpmtv._artifact_claim import PRIVATE_CANDIDATES_METHOD
+from dpmtv.artifact.claim import PRIVATE_CANDIDATES_METHOD
 from dpmtv.candidate_lists import CANDIDATE_LISTS, candidate_head_sets
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
-from dpmtv.executor import Executor, LocalExecutor
+from dpmtv.forward.executor import Executor, LocalExecutor
+from dpmtv.forward.hooks import blend_heads_per_row
 from dpmtv.heads import HeadSet
-from dpmtv.hooks import blend_heads_per_row
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
@@ -166,7 +166,7 @@ def _check_noise(task: CandidateUtilities) -> tuple[torch.Tensor, int] | None:
 
 @dataclass(frozen=True)
 class CandidateUtilities:
-    """The chunk task (:class:`dpmtv.executor.ChunkTask`) of the candidate choice: each non-empty
+    """The chunk task (:class:`dpmtv.forward.executor.ChunkTask`) of the candidate choice: each non-empty
     chunk's utilities ``(n,)`` (or None), in chunk order."""
 
     candidates: tuple[HeadSet, ...]

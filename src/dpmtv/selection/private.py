@@ -38,20 +38,20 @@ import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
+from dpmtv.data.prompts import Example, chunk_prompt, zero_shot
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.errors import ParameterError
-from dpmtv.executor import Executor, LocalExecutor
-from dpmtv.extract import extract_each_chunk
-from dpmtv.failed_chunks import chunk_or_none, finite_or_none
-from dpmtv.fixed_shapes import FixedShape, dummy_inputs, dummy_prompt
+from dpmtv.forward.executor import Executor, LocalExecutor
+from dpmtv.forward.extract import extract_each_chunk
+from dpmtv.forward.failed_chunks import chunk_or_none, finite_or_none
+from dpmtv.forward.fixed_shapes import FixedShape, dummy_inputs, dummy_prompt
+from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
 from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, head_vote_counts, noisy_top_k
-from dpmtv.prompt_budget import resolve_max_prompt_tokens
-from dpmtv.prompts import Example, chunk_prompt, zero_shot
 from dpmtv.selection._data import Query, all_heads, first_answer_token
 from dpmtv.selection._patching import attribution_scores
 from dpmtv.selection._search import heads_of, mask_of
@@ -75,7 +75,7 @@ def chunk_votes(
     ``executor`` (default: this process).
 
     Chunks with fewer than two records (no demonstration), or whose query alone exceeds
-    ``max_prompt_tokens`` (:mod:`dpmtv.prompt_budget`), cast no vote.
+    ``max_prompt_tokens`` (:mod:`dpmtv.forward.prompt_budget`), cast no vote.
     """
     records, partition = chunks_as_partition(chunks)
     task = HeadVotes(
@@ -91,14 +91,14 @@ def chunk_votes(
 
 @dataclass(frozen=True)
 class HeadVotes:
-    """The chunk task of private selection (:class:`dpmtv.executor.ChunkTask`): each non-empty
+    """The chunk task of private selection (:class:`dpmtv.forward.executor.ChunkTask`): each non-empty
     chunk's vote, in chunk order."""
 
     max_votes_per_chunk: int
     pool: HeadSet | None
     max_prompt_tokens: int | None
     shots_per_chunk: int
-    prepare_workers: int | None = None  # processes preparing chunk inputs (dpmtv._prepare)
+    prepare_workers: int | None = None  # processes preparing chunk inputs (dpmtv.forward._prepare)
     private_batch_size: int = 1  # resolved by the build (dpmtv.pipeline.private_batching)
     description: ClassVar[str] = "private head votes"
 
@@ -173,12 +173,13 @@ def chunk_head_scores(
 
     Each chunk's prompt gets its own forward pass, or with ``private_batch_size`` above 1 (and a
     family that allows it) the row its chunk id (``chunk_ids``, default the positions) assigns in
-    a pass of fixed public shapes (:mod:`dpmtv.fixed_shapes`; its dummy rows have the image
+    a pass of fixed public shapes (:mod:`dpmtv.forward.fixed_shapes`; its dummy rows have the image
     count of a chunk of the public ``shots_per_chunk``); then its own backward pass. Either
     way its scores are a function of its own records; ``max_prompt_tokens`` (None: the model's
-    position limit) cuts its prompt by the public rule of :mod:`dpmtv.prompt_budget`. The chunk
-    prompts are rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv._prepare`).
-    A chunk whose computation raises or gives NaN/inf scores casts no vote (:mod:`dpmtv.failed_chunks`).
+    position limit) cuts its prompt by the public rule of :mod:`dpmtv.forward.prompt_budget`. The chunk
+    prompts are rendered and encoded ahead in ``prepare_workers`` processes (:mod:`dpmtv.forward._prepare`).
+    A chunk whose computation raises or gives NaN/inf scores casts no vote
+    (:mod:`dpmtv.forward.failed_chunks`).
     """
     adapter = loaded.adapter
     budget = resolve_max_prompt_tokens(adapter, max_prompt_tokens)

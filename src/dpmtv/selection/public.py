@@ -16,11 +16,11 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
+from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.selection._best_of import best_of, layer_block_candidates, refine_with_best_of
 from dpmtv.selection._data import PublicTask, Query, prepare_public_task
 from dpmtv.selection._greedy import greedy

@@ -2,7 +2,7 @@
 
 Rows for different vectors share one left-padded batch: per layer, every row gets its vector's
 values where its mask is 1 and keeps its own activation elsewhere
-(:func:`dpmtv.hooks.blend_heads_per_row`), in the model's patch mode. Zero-shot rows have an
+(:func:`dpmtv.forward.hooks.blend_heads_per_row`), in the model's patch mode. Zero-shot rows have an
 all-zero mask. A batch without any vector runs with no hooks at all.
 
 The batch is encoded in one processor call (one call for 32 rows costs a quarter of 32 calls of
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from dpmtv.hooks import blend_heads_per_row
+from dpmtv.data.prompts import Example, zero_shot
+from dpmtv.forward.hooks import blend_heads_per_row
 from dpmtv.inference import greedy_new_tokens
-from dpmtv.prompts import Example, zero_shot
 from dpmtv.serve._served import ServedModel, ServedVector
 
 

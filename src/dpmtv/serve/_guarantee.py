@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpmtv._claim_words import floating_point_caveat, floating_point_safe, seeded_noise_words
+from dpmtv.artifact._claim_words import floating_point_caveat, floating_point_safe, seeded_noise_words
 from dpmtv.serve._served import ServedModel, ServedVector
 
 QUERIES_ARE_FREE = (

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dpmtv.prompts import Example
+from dpmtv.data.prompts import Example
 from dpmtv.serve._body import MAX_INT_DIGITS, is_huge_integer, parse_json_body
 from dpmtv.serve._errors import ApiError
 from dpmtv.serve._generation import RowRequest

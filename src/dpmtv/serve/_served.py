@@ -1,7 +1,7 @@
 """The served model and its task vectors, loaded and checked once at start-up.
 
 Each vector goes through the same checks as ``dpmtv answer``: the artifact's hashes and claim,
-its signature by one of the trusted keys when any are given (:func:`dpmtv.vector.load_task_vector`),
+its signature by one of the trusted keys when any are given (:func:`dpmtv.artifact.vector.load_task_vector`),
 and the model fingerprint (``TaskVector.check_model``).
 A vector that fails either is refused with the reason; the server never starts with it.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
+from dpmtv.artifact.vector import TaskVector, load_task_vector
 from dpmtv.errors import ArtifactError, HeadSpecError, ParameterError
-from dpmtv.hooks import PatchMode
+from dpmtv.forward.hooks import PatchMode
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel, load_model
-from dpmtv.vector import TaskVector, load_task_vector
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 

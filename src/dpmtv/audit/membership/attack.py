@@ -20,12 +20,12 @@ from dpmtv.audit.membership.targets import (
     statistic_scores,
     vector_target,
 )
+from dpmtv.data.prompts import zero_shot_prompts
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError, RecordError
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import BuildSettings
-from dpmtv.prompts import zero_shot_prompts
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,15 +9,15 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from dpmtv._kv_cache import cache_argument, output_cache
 from dpmtv._progress import progress_bar
+from dpmtv.artifact.vector import TaskVector
+from dpmtv.data.prompts import Prompt
 from dpmtv.errors import ParameterError, RecordError
-from dpmtv.hooks import PatchMode
+from dpmtv.forward._kv_cache import cache_argument, output_cache
+from dpmtv.forward.hooks import PatchMode
 from dpmtv.inference import apply
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
-from dpmtv.prompts import Prompt
-from dpmtv.vector import TaskVector
 
 
 def answer_token_ids(adapter: ModelAdapter, prompt: Prompt, answer: str, *, where: str = "") -> list[int]:

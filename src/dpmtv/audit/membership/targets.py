@@ -9,16 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from dpmtv.artifact.vector import TaskVector
 from dpmtv.audit.membership.scoring import answer_log_probs, answer_token_ids
+from dpmtv.data.prompts import Example, Prompt, zero_shot, zero_shot_prompts
 from dpmtv.data.records import Record
 from dpmtv.errors import ParameterError
 from dpmtv.eval.generation import context_limit
+from dpmtv.forward.prompt_budget import fit_demonstrations, prompt_length
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.prompt_budget import fit_demonstrations, prompt_length
-from dpmtv.prompts import Example, Prompt, zero_shot, zero_shot_prompts
-from dpmtv.vector import TaskVector
 
 STATISTICS = ("logprob", "calibrated", "shadow")
 

@@ -8,9 +8,9 @@ prefix: demonstrations as ``question answer`` lines, then the query's question.
 
 from __future__ import annotations
 
+from dpmtv.data.prompts import Prompt
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
-from dpmtv.prompts import Prompt
 
 
 @register

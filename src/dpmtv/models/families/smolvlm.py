@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dpmtv.data.prompts import Example, Prompt
 from dpmtv.errors import AdapterError
 from dpmtv.models.generic import GenericAdapter
 from dpmtv.models.registry import register
-from dpmtv.prompts import Example, Prompt
 
 # Token strings Idefics3Processor hard-codes; SmolVLMProcessor reads them from the tokenizer.
 _IMAGE_TOKENS = {

@@ -1,0 +1,1 @@
+"""The released file: the task vector artifact, its privacy claim, its model card and signature."""

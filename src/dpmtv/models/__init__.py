@@ -1,0 +1,1 @@
+"""Model plumbing: loading checkpoints, one adapter per family, fingerprints."""
