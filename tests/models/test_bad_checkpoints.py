@@ -140,3 +140,37 @@ def test_a_bitsandbytes_checkpoint_without_bitsandbytes_says_what_to_install(tin
         tiny_llava_path, tmp_path, {"quant_method": "bitsandbytes", "load_in_8bit": True}
     )
     _refused(folder, "bitsandbytes.*pip install")
+
+
+def _truncated(model, tmp_path):
+    folder = _copy(model, tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return folder
+
+
+BAD_MODELS = {
+    "truncated weights": (_truncated, "not a readable safetensors file"),
+    "unknown quant_method": (
+        lambda model, tmp_path: _with_quantization(model, tmp_path, {"quant_method": "nonsense"}),
+        "quant_method 'nonsense'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MODELS))
+def test_a_build_on_a_bad_checkpoint_is_one_error_line_and_charges_nothing(tiny_llava_path, tmp_path, case):
+    from tests.conftest import write_records
+
+    make, words = BAD_MODELS[case]
+    model = make(tiny_llava_path, tmp_path)
+    ledger = Ledger(tmp_path / "budget.sqlite")
+    ledger.init_dataset("ds", epsilon=3.0, delta=1e-5)
+    data = write_records(tmp_path / "data", 8, seed=1)
+    args = _build_args(
+        model, data, tmp_path / "v.safetensors", "--dataset", "ds", "--ledger", str(ledger.path)
+    )
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert words in lines[0] and not ledger.status("ds").charges
