@@ -115,11 +115,11 @@ def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
     would otherwise re-chain rows edited since, and launder them into an intact chain."""
     if _version(conn, path) not in (1, 2):
         return
-    if _has_chain(conn):
-        raise _tampered(path, f"it says format {_version(conn, path)} but holds a hash chain (format 3)")
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = _version(conn, path)  # another process may have upgraded it meanwhile
+        if version in (1, 2) and _has_chain(conn):  # only format 3 writes a chain
+            raise _tampered(path, f"it says format {version} but holds a hash chain (format 3)")
         if version == 1:
             for statement in _MIGRATE_1_TO_2:
                 conn.execute(statement)
