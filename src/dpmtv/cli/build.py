@@ -206,7 +206,9 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
             _explain_failure(charge, exc)
             raise
     if charge is not None:
-        charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
+        unrecorded = charge.mark_written(result.path, tensors_sha256=_tensors_sha256(result.path))
+        if unrecorded is not None:  # the artifact and the charge are both fine: a warning
+            print_warning(unrecorded)
     return result
 
 

@@ -121,7 +121,8 @@ API_KEY_ENV = "DPMTV_API_KEY"
 @click.option(
     "--max-connections",
     type=int,
-    help="Open connections; more are closed at once (default: 512, or ulimit -n minus 100 if lower).",
+    help="Open connections; at the cap a new one closes the longest-idle one, or gets 503 when all "
+    "have a request in progress (default: 512, or ulimit -n minus 100 if lower).",
 )
 @click.option(
     "--keep-alive-s",

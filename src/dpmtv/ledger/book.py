@@ -55,7 +55,8 @@ chained (:mod:`dpmtv.ledger.chain`): a dataset whose rows were edited outside dp
 a broken chain, which :attr:`DatasetStatus.chain_problem` names and which no charge or void
 extends.
 
-Older ledgers are upgraded in place the first time they are opened (:mod:`dpmtv.ledger.file`).
+Older ledgers are upgraded in place the first time they are opened (:mod:`dpmtv.ledger.file`),
+unless the file already holds a chain (a format number set back: tampering, refused).
 Format 2 → 3 chains the rows as found (the status says since when). A format-1 ledger (no
 relation, unit or voids) first becomes format 2:
 each dataset takes the relation and unit its charges recorded (the CLI always recorded both);
@@ -83,6 +84,7 @@ from dpmtv.ledger.format import (
     PRIVACY_UNITS,
     check_event,
     check_name,
+    check_new_name,
     check_parameters,
     check_relation,
     check_unit,
@@ -90,11 +92,7 @@ from dpmtv.ledger.format import (
 )
 from dpmtv.ledger.records import Charge, ChargeReceipt, DatasetStatus, Void, _DatasetRow
 from dpmtv.privacy.calibrate import validate_epsilon_delta
-from dpmtv.privacy.disjoint import (
-    ChargedEvent,
-    charged_event_from_json,
-    composed_epsilon,
-)
+from dpmtv.privacy.disjoint import ChargedEvent, charged_event_from_json, composed_epsilon
 
 __all__ = [
     "Charge",
@@ -140,19 +138,14 @@ class Ledger:
         Raises:
             ParameterError: an invalid name, budget, relation or unit, or the name already exists
                 (budgets are fixed once created: raising one after releases would defeat the ledger).
+            LedgerError: the name has charges or chain entries but its row was deleted.
         """
         name = check_name(name)
         validate_epsilon_delta(epsilon=epsilon, delta=delta)
         relation, unit = check_relation(neighbouring_relation), check_unit(privacy_unit)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._transaction(create=True) as conn:
-            row = conn.execute("SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)).fetchone()
-            if row is not None:
-                raise ParameterError(
-                    f"dataset {name!r} already exists in ledger '{self.path}' with budget "
-                    f"epsilon = {row[0]:g}, delta = {row[1]:g}; budgets cannot be changed, "
-                    "choose another name"
-                )
+            check_new_name(conn, name, self.path)
             conn.execute(
                 "INSERT INTO datasets (name, epsilon, delta, created_at, neighbouring_relation, "
                 "privacy_unit) VALUES (?, ?, ?, ?, ?, ?)",
@@ -370,6 +363,9 @@ class Ledger:
             (name,),
         ).fetchone()
         if row is None:
+            problem = ledger_chain.verify(conn).get(name)  # a row deleted outside dpmtv
+            if problem is not None:
+                raise self._broken(name, problem)
             known = [r[0] for r in conn.execute("SELECT name FROM datasets ORDER BY name")]
             raise ParameterError(
                 f"no dataset {name!r} in ledger '{self.path}' (known: {known or 'none'}); "

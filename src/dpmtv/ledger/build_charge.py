@@ -111,10 +111,24 @@ class BuildCharge:
         )
         return f"{spent} for a build that then failed; the charge stands (noise was drawn)"
 
-    def mark_written(self, artifact: Path | None, *, tensors_sha256: str) -> None:
-        """Record the written artifact and the hash of its tensors beside the charge."""
-        if self.charge is not None:
+    def mark_written(self, artifact: Path | None, *, tensors_sha256: str) -> str | None:
+        """Record the written artifact and the hash of its tensors beside the charge. A ledger
+        that cannot record it now (locked past the timeout, full, damaged) changes nothing that
+        was charged or written: the sentence saying exactly that is returned for the caller to
+        warn with (None: recorded), since stopping the build would only hide a valid artifact."""
+        if self.charge is None or self.charge.receipt is None:
+            return None
+        receipt = self.charge.receipt
+        try:
             self.charge.mark_written(artifact, tensors_sha256=tensors_sha256)
+        except (sqlite3.Error, LedgerError) as exc:
+            entry = f"void {receipt.void_id}" if isinstance(receipt, Void) else f"charge {receipt.charge_id}"
+            return (
+                f"{artifact} was written and is complete and its {entry} stands, but ledger "
+                f"'{self.ledger.path}' could not record the write ({exc}): 'dpmtv budget show' lists "
+                "it as not written"
+            )
+        return None
 
     def status(self) -> DatasetStatus:
         return self.ledger.status(self.dataset)

@@ -15,7 +15,11 @@ the ledger then refuses to charge it, and ``dpmtv budget show`` / ``verify`` say
 
 What a chain cannot see: it has no secret, so someone who recomputes the hashes after an edit
 (the algorithm is this file), who removes a whole tail of entries and resets SQLite's counter,
-or who replaces the file with an older copy, is not detected. It makes tampering evident, not
+who drops the ``chain`` table AND sets the format number back (the file then reads as a format-2
+ledger never chained, and is upgraded as found), or who replaces the file with an older copy, is
+not detected. A format number set back on a file that still holds its chain, a chained file
+without its chain table, and a deleted dataset row whose name is created again are refused
+(:mod:`dpmtv.ledger.file`, :func:`dpmtv.ledger.format.check_new_name`). It makes tampering evident, not
 impossible; keep the file where only the operator can write (docs/design.md §7).
 """
 

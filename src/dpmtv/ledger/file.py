@@ -91,16 +91,35 @@ def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
             f"'{path}' is not a dpmtv ledger of format {SCHEMA_VERSION} (found format "
             f"{version}); use the dpmtv version that created it or another --ledger path"
         )
+    if not _has_chain(conn):
+        raise _tampered(path, f"it says format {SCHEMA_VERSION} but its chain table is missing")
+
+
+def _has_chain(conn: sqlite3.Connection) -> bool:
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain'").fetchone()
+    return found is not None
+
+
+def _tampered(path: Path, what: str) -> LedgerError:
+    return LedgerError(
+        f"ledger '{path}' was tampered with: {what}; no budget in it can be trusted and nothing was "
+        "charged. Restore the file from a backup or start another --ledger"
+    )
 
 
 def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
     """Upgrade a format-1 or -2 ledger in place, in one transaction: 1 → 2 adds the relation,
-    unit and voids; 2 → 3 chains every row as found (edits before the upgrade cannot be seen)."""
+    unit and voids; 2 → 3 chains every row as found (edits before the upgrade cannot be seen).
+
+    Only a file that never had a chain is upgraded: a format number set back on a chained file
+    would otherwise re-chain rows edited since, and launder them into an intact chain."""
     if _version(conn, path) not in (1, 2):
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = _version(conn, path)  # another process may have upgraded it meanwhile
+        if version in (1, 2) and _has_chain(conn):  # only format 3 writes a chain
+            raise _tampered(path, f"it says format {version} but holds a hash chain (format 3)")
         if version == 1:
             for statement in _MIGRATE_1_TO_2:
                 conn.execute(statement)

@@ -13,7 +13,7 @@ from typing import Any
 
 import dp_accounting
 
-from dpmtv.errors import ParameterError
+from dpmtv.errors import LedgerError, ParameterError
 from dpmtv.ledger.chain import CHAIN_TABLE
 from dpmtv.privacy.disjoint import DisjointReleases, charged_event_from_json, charged_event_to_json
 from dpmtv.privacy.relation import AdjacencyRelation, parse_relation
@@ -106,6 +106,29 @@ def check_name(name: object) -> str:
             f"characters, got {name!r}"
         )
     return name
+
+
+def check_new_name(conn: sqlite3.Connection, name: str, path: object) -> None:
+    """Refuse to create ``name`` when it exists, or when it ever existed: a name with a chain
+    entry (a charge, a void, its creation) whose row was deleted outside dpmtv would otherwise
+    come back with any budget while its charges stay."""
+    row = conn.execute("SELECT epsilon, delta FROM datasets WHERE name = ?", (name,)).fetchone()
+    if row is not None:
+        raise ParameterError(
+            f"dataset {name!r} already exists in ledger '{path}' with budget epsilon = {row[0]:g}, "
+            f"delta = {row[1]:g}; budgets cannot be changed, choose another name"
+        )
+    history = conn.execute(
+        "SELECT (SELECT COUNT(*) FROM chain WHERE dataset = :n) + (SELECT COUNT(*) FROM charges "
+        "WHERE dataset = :n) + (SELECT COUNT(*) FROM voids WHERE dataset = :n)",
+        {"n": name},
+    ).fetchone()[0]
+    if history:
+        raise LedgerError(
+            f"dataset {name!r} has a history in ledger '{path}' ({history} chain entries, charges or "
+            "voids) but no row: its row was deleted outside dpmtv, so the name cannot be created "
+            "again (its charges still count); choose another name"
+        )
 
 
 def check_relation(value: str | AdjacencyRelation) -> str:

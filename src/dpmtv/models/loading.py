@@ -17,6 +17,7 @@ from torch import nn
 
 from dpmtv.errors import ModelError, UnsupportedModelError
 from dpmtv.models.base import HeadGeometry, ModelAdapter
+from dpmtv.models.checkpoint_files import check_checkpoint_files
 from dpmtv.models.embedded import resolve_model_path
 from dpmtv.models.processors import PROCESSOR_ERRORS, processor_error
 from dpmtv.models.registry import UNTESTED_WARNING, adapter_for, is_contract_tested
@@ -109,7 +110,8 @@ def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs)
             raise ModelError(
                 f"--device {device} needs accelerate: pip install 'dpmtv[device-map]' ({exc})"
             ) from None
-        raise
+        # a package the checkpoint's config asks for (bitsandbytes): transformers names it
+        raise ModelError(f"cannot load the checkpoint at '{path}': {exc}".splitlines()[0]) from None
     return (model if move_to is None else model.to(move_to)).eval()
 
 
@@ -192,6 +194,7 @@ def _load_auto(path: str, *, trust_remote_code: bool, **load: Any) -> LoadedMode
     from transformers import AutoModelForImageTextToText
 
     config = _read_config(path, trust_remote_code)
+    check_checkpoint_files(path, config)
     adapter_cls = adapter_for(config.model_type)
     warn_if_untested(config.model_type)
     try:
@@ -280,7 +283,7 @@ def _load_with_spec(path: str, spec_file: str | Path, *, trust_remote_code: bool
     from dpmtv.models.spec import SpecAdapter, load_spec
 
     spec = load_spec(spec_file)
-    _read_config(path, trust_remote_code)
+    check_checkpoint_files(path, _read_config(path, trust_remote_code))
     model_cls = getattr(transformers, spec.model_class, None)
     if model_cls is None or not hasattr(model_cls, "from_pretrained"):
         raise ModelError(

@@ -7,8 +7,12 @@ file descriptors — then asyncio logs one traceback per failed ``accept()``. He
 - **header timeout**: from the connection's start, or a new request's first byte, the request
   line and headers must all arrive within ``header_timeout_s`` or the connection is closed;
 - **body timeout**: ``body_timeout_s``, in the app (``_read_body``, a 408);
-- **connection limit**: a socket accepted beyond ``max_connections`` open ones is closed at once,
-  so a flood of idle sockets cannot use up the descriptors (keep the limit below ``ulimit -n``);
+- **connection limit**: at ``max_connections`` open sockets (keep it below ``ulimit -n``), a new
+  one first closes the longest-idle connection (no request in progress: it never sent a byte,
+  or is kept alive after its response), so one client holding idle sockets cannot lock the
+  others out; when every connection has a request in progress, the new one is answered ``503``
+  with ``Retry-After`` and ``Connection: close``, then closed (a closed socket with no answer
+  reads to a client as a network fault);
 - **log rate limit**: a message repeated more than a few times a minute is dropped, with a count
   of what was dropped on the next line that passes.
 """
@@ -16,6 +20,7 @@ file descriptors — then asyncio logs one traceback per failed ``accept()``. He
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -28,6 +33,10 @@ from dpmtv.serve._settings import ServeSettings
 logger = logging.getLogger("dpmtv.serve")
 
 
+_REFUSED_LINGER_S = 1.0  # a refused socket reads (and drops) what the client sends, then closes
+_RETRY_AFTER_S = 1
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header deadline and a cap on open connections."""
 
@@ -37,13 +46,70 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_deadline: asyncio.TimerHandle | None = None
-        if len(self.connections) > self.max_connections:
-            logger.warning("closed a connection: %d are open (--max-connections)", len(self.connections) - 1)
-            transport.close()
-            return
+        self._last_active_s, self._refused = self.loop.time(), False
+        if (
+            len(self.connections) > self.max_connections
+            and _open_count(self.connections) > self.max_connections
+        ):
+            if not self._close_longest_idle():
+                self._refuse()
+                return
         self._arm_header_deadline()
 
+    def _idle(self) -> bool:
+        """No request in progress: nothing lost when the server closes it."""
+        in_request = self.cycle is not None and not self.cycle.response_complete
+        return not (in_request or self._refused or self.transport.is_closing())
+
+    def _close_longest_idle(self) -> bool:
+        idle = [
+            c for c in self.connections if isinstance(c, GuardedH11Protocol) and c is not self and c._idle()
+        ]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda connection: connection._last_active_s)
+        logger.warning(
+            "closed an idle connection for a new one: %d are open (--max-connections)", self.max_connections
+        )
+        victim._disarm_header_deadline()
+        victim.transport.close()
+        return True
+
+    def _refuse(self) -> None:
+        """503 before the request is read (a server may answer early), then close: the client's
+        request is read and dropped until then, so closing does not reset the answer away."""
+        self._refused = True
+        logger.warning(
+            "answered 503 to a new connection: all %d have a request in progress (--max-connections)",
+            self.max_connections,
+        )
+        message = (
+            f"the server has {self.max_connections} connections with a request in progress "
+            f"(--max-connections); retry in {_RETRY_AFTER_S} s"
+        )
+        body = json.dumps(
+            {
+                "error": {
+                    "message": message,
+                    "type": "server_error",
+                    "param": None,
+                    "code": "too_many_connections",
+                }
+            }
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"retry-after: {_RETRY_AFTER_S}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
+        self.transport.write(head.encode("ascii") + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(_REFUSED_LINGER_S, self.transport.close)
+
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered already
+        self._last_active_s = self.loop.time()
         if self._header_deadline is None and (self.cycle is None or self.cycle.response_complete):
             self._arm_header_deadline()  # the first byte of a new request on a kept-alive connection
         super().data_received(data)
@@ -68,6 +134,11 @@ class GuardedH11Protocol(H11Protocol):
         if not self.transport.is_closing():
             logger.info("closed a connection whose request headers took over %g s", self.header_timeout_s)
             self.transport.close()
+
+
+def _open_count(connections: set[Any]) -> int:
+    """Connections not already closing (a closed idle one leaves the set a moment later)."""
+    return sum(not connection.transport.is_closing() for connection in connections)
 
 
 def default_max_connections() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -121,11 +122,18 @@ class Guard:
         ]
 
 
+# Host = a name or an IPv4 address, or an IPv6 literal in brackets, then an optional port, and
+# nothing else: a URL parser would read "evil.example@127.0.0.1" (userinfo) or
+# "localhost#.evil.example" (a fragment) as a loopback host.
+_HOST = re.compile(r"(?P<name>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
 def _host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     if "*" in allowed:
         return True
-    name = urlsplit(f"//{host}").hostname if host else None
-    return name is not None and name.lower() in {a.lower().strip("[]") for a in allowed}
+    match = _HOST.fullmatch(host)
+    name = match["name"].strip("[]").lower() if match else None
+    return name is not None and name in {a.lower().strip("[]") for a in allowed}
 
 
 def _authorised(headers: Headers, api_key: str) -> bool:
