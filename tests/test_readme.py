@@ -41,6 +41,8 @@ def user_folder(tmp_path, tiny_llava_path, monkeypatch):
     from tests.conftest import write_records
 
     write_records(tmp_path / "private", 24)
+    write_records(tmp_path / "public", 16, seed=1)  # for `dpmtv select`
+    write_records(tmp_path / "test", 8, seed=2)  # for `dpmtv eval`
     Image.new("RGB", (20, 20), (9, 9, 9)).save(tmp_path / "query.png")
     monkeypatch.chdir(tmp_path)
     return tmp_path
