@@ -107,7 +107,8 @@ def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs)
     except ImportError as exc:
         if placement:
             raise ModelError(
-                f"--device {device} needs accelerate: pip install 'dpmtv[device-map]' ({exc})"
+                f"--device {device} needs accelerate: pip install -e '.[device-map]' in the dpmtv "
+                f"source checkout ({exc})"
             ) from None
         raise
     return (model if move_to is None else model.to(move_to)).eval()

@@ -32,7 +32,9 @@ def merge_lora_adapter(loaded: Any, folder: str | Path) -> None:  # a models.loa
     try:
         from peft import PeftModel
     except ImportError:
-        raise ModelError(f"--adapter-weights {folder} needs peft: pip install 'dpmtv[lora]'") from None
+        raise ModelError(
+            f"--adapter-weights {folder} needs peft: pip install -e '.[lora]' in the dpmtv source checkout"
+        ) from None
     try:
         merged = PeftModel.from_pretrained(loaded.model, str(folder)).merge_and_unload()
     except (ValueError, KeyError, RuntimeError, OSError) as exc:
