@@ -29,6 +29,11 @@ DEFAULTS_FILE = "dpmtv_defaults.json"  # optional, public: a checkpoint's shippe
 
 @dataclass
 class LoadedModel:
+    """A model ready for dpmtv, as :func:`load_model` returns it: the transformers ``model`` (in
+    eval mode), its ``processor``, the family ``adapter`` that knows where its heads are
+    (``adapter.geometry``: layers, heads, head dimension), the ``name_or_path`` it came from, and
+    the checkpoint's ``dpmtv_defaults.json`` if it has one."""
+
     model: nn.Module
     processor: Any
     adapter: ModelAdapter
