@@ -3,6 +3,7 @@ folder, in a subprocess as a user would run it: it exits 0 and writes what its d
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -78,9 +79,12 @@ def test_team_budget_py(tiny_llava_path, user_files, tmp_path):
 
 
 def test_serve_and_evaluate_py(tiny_llava_path, user_files, tmp_path):
+    """With lmms-eval installed (as CI has it) the script also runs it against the served vector,
+    which must answer every document (lmms-eval itself exits 0 when every request failed)."""
     pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+    lmms = importlib.util.find_spec("lmms_eval") is not None
     _run("serve_and_evaluate.py", tiny_llava_path, user_files["private"], "--test", user_files["test"],
-         "--out", "out", cwd=tmp_path)  # fmt: skip
+         "--out", "out", *(["--lmms-eval"] if lmms else []), cwd=tmp_path)  # fmt: skip
     out = tmp_path / "out"
     reply = json.loads((out / "reply.json").read_text())
     assert reply["model"] == "mytask" and reply["choices"][0]["message"]["content"]
@@ -88,6 +92,10 @@ def test_serve_and_evaluate_py(tiny_llava_path, user_files, tmp_path):
     rows = [json.loads(line) for line in (task / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all((task / row["image"]).is_file() for row in rows)
     assert (task / "dpmtv_local.yaml").is_file() and (task / "utils.py").is_file()
+    if lmms:
+        [samples] = (out / "lmms-eval").rglob("*_samples_dpmtv_local.jsonl")
+        answers = [json.loads(line)["filtered_resps"] for line in samples.read_text().splitlines()]
+        assert len(answers) == 4 and not any("LMMS_EVAL_REQUEST_FAILED" in str(a) for a in answers)
 
 
 def test_ray_build_py(tiny_llava_path, user_files, tmp_path):
