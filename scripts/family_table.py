@@ -1,7 +1,7 @@
-"""Write the README's model-family table from the adapter registry and the test results.
+"""Write the docs' model-family table from the adapter registry and the test results.
 
     pytest tests/models -p no:randomly --junitxml=build/families.xml
-    python scripts/family_table.py --junit build/families.xml            # rewrites README.md
+    python scripts/family_table.py --junit build/families.xml   # rewrites docs/reference/families.md
 
 Rows: every ``model_type`` transformers maps to ``AutoModelForImageTextToText`` plus every type
 the registry knows. The contract column is read from the JUnit file (one test module per family,
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="pytest --junitxml output of tests/models (repeatable; later files win)",
     )
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--readme", type=Path, default=Path("docs/reference/families.md"))
     args = parser.parse_args(argv)
     text = args.readme.read_text(encoding="utf-8")
     if START not in text or END not in text:

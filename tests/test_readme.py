@@ -41,6 +41,8 @@ def user_folder(tmp_path, tiny_llava_path, monkeypatch):
     from tests.conftest import write_records
 
     write_records(tmp_path / "private", 24)
+    write_records(tmp_path / "public", 16, seed=1)  # for `dpmtv select`
+    write_records(tmp_path / "test", 8, seed=2)  # for `dpmtv eval`
     Image.new("RGB", (20, 20), (9, 9, 9)).save(tmp_path / "query.png")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -69,3 +71,19 @@ def test_quickstart_commands_then_python_blocks_run(user_folder, tiny_llava_path
         if "OpenAI(" in block:
             continue  # a client of a running `dpmtv serve`: tests/serve/test_openai_client.py
         exec(compile(_localise(block, tiny_llava_path), "README.md", "exec"), {})
+
+
+def test_the_readme_is_short_and_starts_with_the_user():
+    """At most 200 lines, the quickstart on the user's own checkpoint before line 80."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    quickstart = next(number for number, line in enumerate(lines, 1) if line.startswith("## Quickstart"))
+    assert len(lines) <= 200 and quickstart < 80
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    """The second of the two commands is, character for character, the first line .ci/run runs."""
+    ci_run = README.parent / ".ci" / "run"
+    first = next(
+        line for line in ci_run.read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))
+    )
+    assert first in [line.strip() for block in _blocks("bash") for line in block.splitlines()]

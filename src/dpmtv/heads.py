@@ -26,6 +26,7 @@ class HeadSet:
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[int, int]]) -> HeadSet:
+        """The set of ``pairs``, sorted, duplicates dropped; an empty set raises ``HeadSpecError``."""
         unique = sorted({(int(layer), int(head)) for layer, head in pairs})
         if not unique:
             raise HeadSpecError("the head set is empty; select at least one head")
@@ -36,9 +37,11 @@ class HeadSet:
 
     @property
     def layers(self) -> list[int]:
+        """The layers that hold at least one head of the set, ascending."""
         return sorted({layer for layer, _ in self.pairs})
 
     def heads_in(self, layer: int) -> list[int]:
+        """The set's head indices in ``layer``, ascending (empty if the layer holds none)."""
         return [head for pair_layer, head in self.pairs if pair_layer == layer]
 
     def layer_widths(self, head_dim: int) -> dict[int, int]:
@@ -46,6 +49,7 @@ class HeadSet:
         return {layer: len(self.heads_in(layer)) * head_dim for layer in self.layers}
 
     def check(self, geometry: HeadGeometry) -> HeadSet:
+        """This set, after checking every pair exists in a model of ``geometry`` (else ``HeadSpecError``)."""
         for layer, head in self.pairs:
             _check_layer(layer, geometry)
             if not 0 <= head < geometry.num_heads:
@@ -56,10 +60,26 @@ class HeadSet:
         return self
 
     def to_json(self) -> list[list[int]]:
+        """The pairs as ``[[layer, head], ...]``, the form head files and the artifact store."""
         return [list(pair) for pair in self.pairs]
 
 
 def parse_head_spec(spec: str, geometry: HeadGeometry) -> HeadSet:
+    """The head set a ``--heads`` spec names, checked against the model's ``geometry``.
+
+    ``spec`` is ``all``, ``layers:A-B[,C]`` (every head of those layers, ranges inclusive),
+    ``heads:L.H[,L.H]`` or the path of a JSON file (a list of ``[layer, head]`` pairs, or an object
+    with a ``heads`` key such as ``dpmtv select`` writes). A layer or head the model lacks, or a
+    spec that is none of these, raises ``HeadSpecError`` naming it. Example::
+
+        loaded = dpmtv.load_model("my-vlm")
+        heads = dpmtv.parse_head_spec("layers:8-15", loaded.adapter.geometry)
+        heads = dpmtv.parse_head_spec("heads:3.1,10.0", loaded.adapter.geometry)
+        heads.pairs  # ((3, 1), (10, 0))
+
+    ``dpmtv.models.loading.read_head_geometry(path)`` gives the geometry from a checkpoint's
+    config alone, without loading weights.
+    """
     spec = spec.strip()
     if spec == "all":
         return HeadSet.of(

@@ -98,5 +98,5 @@ def test_ray_option_without_ray_prints_the_install_line(monkeypatch, tmp_path):
         ],
     )
     assert result.exit_code == 1
-    assert "pip install 'dpmtv[ray]'" in result.output
+    assert "pip install -e '.[ray]'" in result.output
     assert not (tmp_path / "v.safetensors").exists()

@@ -81,7 +81,7 @@ def test_audit_ray_option_without_ray_prints_the_install_line(monkeypatch, tmp_p
     args = ["audit", "--sensitivity", "--model", str(tiny_llava_path), "--data", str(tmp_path / "x.jsonl")]
     args += ["--heads", "all", "--l2-clip-norm", "1", "--shots-per-chunk", "2", "--out", str(tmp_path / "o")]
     result = CliRunner().invoke(main, [*args, "--ray", "auto"])
-    assert result.exit_code == 1 and "pip install 'dpmtv[ray]'" in result.output
+    assert result.exit_code == 1 and "pip install -e '.[ray]'" in result.output
 
 
 def test_the_driver_refuses_a_batch_sum_that_clipped_chunks_cannot_have(tiny_llava, records):

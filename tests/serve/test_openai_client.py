@@ -8,7 +8,7 @@ from tests.serve._live import live_server
 from tests.serve.conftest import png_data_url
 
 openai = pytest.importorskip(
-    "openai", reason="the openai client is in the dev extra: pip install 'dpmtv[dev]'"
+    "openai", reason="the openai client is in the dev extra: pip install -e '.[dev]'"
 )
 
 KEY = "test-key-123"

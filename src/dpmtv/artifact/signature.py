@@ -12,7 +12,7 @@ Keys: a PEM private key on the P-256, P-384 or P-521 curve, e.g.
 ``openssl ecparam -name prime256v1 -genkey -noout -out key.pem``, and its public half,
 ``openssl ec -in key.pem -pubout -out pub.pem``. Signing and verifying need no network (no
 Sigstore transparency log is involved for keys). Needs the ``sign`` extra
-(``pip install 'dpmtv[sign]'``).
+(``pip install -e '.[sign]'`` in the source checkout).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 SIGNATURE_SUFFIX = ".sig"
-_EXTRA = "signatures need the sign extra: pip install 'dpmtv[sign]'"
+_EXTRA = "signatures need the sign extra: pip install -e '.[sign]' in the dpmtv source checkout"
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,9 @@ class PrivacyMetadata(BaseModel):
 
 
 class ArtifactMetadata(BaseModel):
+    """The artifact's JSON document: the build's public settings, the model's identity and the
+    guarantee (:class:`PrivacyMetadata`); every field, and why it is public, is in docs/design.md."""
+
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     format_version: int = FORMAT_VERSION

@@ -70,7 +70,8 @@ def ray_options(workers_return: str):
             help="Run the chunks' forward passes on Ray workers: 'auto' (this machine's Ray "
             "cluster, or a new local one) or a cluster address (another machine needs "
             "RAY_USE_TLS=1 or --ray-insecure-network). Workers get chunk contents only "
-            f"and return {workers_return}. Needs the ray extra: pip install 'dpmtv[ray]'.",
+            f"and return {workers_return}. Needs the ray extra: pip install -e '.[ray]' in the dpmtv "
+            "source checkout.",
         )(function)
 
     return decorate

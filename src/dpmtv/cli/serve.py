@@ -173,7 +173,7 @@ def command(
         from dpmtv.serve import create_app, load_served_model, parse_vector_spec
         from dpmtv.serve._connections import install_log_rate_limit, uvicorn_config
     except ImportError:
-        raise click.ClickException("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from None
+        raise click.ClickException("dpmtv serve needs the serve extra: pip install -e '.[serve]'") from None
     settings = _settings(api_key, limits, trusted_keys)
     if threads is not None:
         import torch

@@ -38,6 +38,7 @@ class Prompt:
     query: Example
 
     def all_images(self) -> list[Image.Image]:
+        """Every image of the prompt in order: the demonstrations' images, then the query's."""
         return [im for ex in (*self.demonstrations, self.query) for im in ex.images]
 
 

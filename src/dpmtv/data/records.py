@@ -54,6 +54,7 @@ class Record:
     has_explicit_id: bool = False
 
     def load_images(self) -> tuple[Image.Image, ...]:
+        """The record's images, opened (a bad file raises ``RecordError`` naming ``where``)."""
         return tuple(_open_image(source, self.where, index) for index, source in enumerate(self.images))
 
 

@@ -4,9 +4,9 @@ vectors and private selection's chunk votes computed on Ray workers.
 Workers return their batch's result (a sum, vectors, votes) and the chunk ids they covered; the
 driver checks the ids, combines the results, and adds noise once (``docs/design.md``,
 "Distributed builds").
-:class:`RayExecutor` needs the ``ray`` extra (``pip install 'dpmtv[ray]'``); it is imported on
-first use, so this package does not import Ray. The local executor and the chunk-task protocol
-are :mod:`dpmtv.forward.executor`.
+:class:`RayExecutor` needs the ``ray`` extra (``pip install -e '.[ray]'`` in the source
+checkout); it is imported on first use, so this package does not import Ray. The local executor
+and the chunk-task protocol are :mod:`dpmtv.forward.executor`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from dpmtv.forward.executor import ChunkTask, ModelSource
 
 __all__ = ["INSTALL_LINE", "ChunkWorker", "RayExecutor", "import_ray"]
 
-INSTALL_LINE = "pip install 'dpmtv[ray]'"
+INSTALL_LINE = "pip install -e '.[ray]' in the dpmtv source checkout"
 # Ray's default max_direct_call_object_size: larger arguments go through the object store
 _INLINE_BYTES = 100 * 1024
 

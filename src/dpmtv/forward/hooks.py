@@ -63,6 +63,20 @@ class LastTokenCapture:
 
 @contextmanager
 def capture_last_token(adapter: ModelAdapter, layers: Sequence[int]) -> Iterator[LastTokenCapture]:
+    """Record every head's output at the last position of each forward call, for each of ``layers``.
+
+    Inside the block, each forward call sets ``capture.activations[layer]`` to a float32
+    ``(B, H, d)`` CPU tensor: that layer's ``o_proj`` input at position -1, split into its ``H``
+    heads of width ``d``. Inputs must be left-padded (``adapter.encode`` does it) so that -1 is
+    every row's real last token. A layer the model lacks raises ``HeadSpecError`` before any hook
+    is placed; the hooks are removed on exit, also when the block raises. Example::
+
+        loaded = dpmtv.load_model("my-vlm")
+        inputs = loaded.adapter.encode([dpmtv.Prompt(demonstrations=demos, query=query)])
+        with torch.no_grad(), dpmtv.capture_last_token(loaded.adapter, [0, 1]) as capture:
+            loaded.model(**inputs)
+        capture.activations[0]  # (1, H, d): layer 0's heads at the prompt's last token
+    """
     capture = LastTokenCapture()
     geometry = adapter.geometry
 
@@ -90,6 +104,11 @@ def overwrite_heads(
     mode: PatchMode = PatchMode.EVERY_CALL,
 ) -> Iterator[None]:
     """Overwrite the given heads' o_proj inputs at the last position with fixed values.
+
+    ``patches`` maps a layer to its :class:`LayerPatch` (heads ``(k,)``, values ``(k, d)``);
+    ``TaskVector.layer_patches()`` gives a released vector's. ``mode`` says whether generated tokens are
+    patched too (:class:`PatchMode`). Hooks are removed on exit, also when the block raises.
+    Answering with a vector goes through :func:`dpmtv.apply`, which uses this with the model's mode.
 
     The hook runs on every forward call (every generated token), so it does one copy and one
     indexed write: the heads' columns in the flat ``H*d`` row are computed once, and the values

@@ -30,6 +30,11 @@ DEFAULTS_FILE = "dpmtv_defaults.json"  # optional, public: a checkpoint's shippe
 
 @dataclass
 class LoadedModel:
+    """A model ready for dpmtv, as :func:`load_model` returns it: the transformers ``model`` (in
+    eval mode), its ``processor``, the family ``adapter`` that knows where its heads are
+    (``adapter.geometry``: layers, heads, head dimension), the ``name_or_path`` it came from, and
+    the checkpoint's ``dpmtv_defaults.json`` if it has one."""
+
     model: nn.Module
     processor: Any
     adapter: ModelAdapter
@@ -108,7 +113,8 @@ def _from_pretrained(model_cls, path: str, *, dtype: str, device: str, **kwargs)
     except ImportError as exc:
         if placement:
             raise ModelError(
-                f"--device {device} needs accelerate: pip install 'dpmtv[device-map]' ({exc})"
+                f"--device {device} needs accelerate: pip install -e '.[device-map]' in the dpmtv "
+                f"source checkout ({exc})"
             ) from None
         # a package the checkpoint's config asks for (bitsandbytes): transformers names it
         raise ModelError(f"cannot load the checkpoint at '{path}': {exc}".splitlines()[0]) from None

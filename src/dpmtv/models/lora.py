@@ -38,7 +38,9 @@ def merge_lora_adapter(loaded: Any, folder: str | Path) -> None:  # a models.loa
         from peft import PeftModel
         from peft.utils import get_peft_model_state_dict
     except ImportError:
-        raise ModelError(f"--adapter-weights {folder}: needs peft: pip install 'dpmtv[lora]'") from None
+        raise ModelError(
+            f"--adapter-weights {folder}: needs peft: pip install -e '.[lora]' in the dpmtv source checkout"
+        ) from None
     try:
         with warnings.catch_warnings():  # PEFT's missing-keys warning: compared by name below
             warnings.filterwarnings("ignore", message="Found missing adapter keys")

@@ -84,6 +84,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BuildResult:
+    """What :func:`build_task_vector` returns: the released ``vector``, the ``path`` it was written
+    to (None without ``out``), the records the partition left out (for the operator: the artifact
+    stores that count only where it is public), the build's warning lines, and the accounting
+    event ``before_noise`` was given (None if it was not called)."""
+
     vector: TaskVector
     path: Path | None
     num_unused_records: int

@@ -9,7 +9,9 @@ from __future__ import annotations
 try:
     import fastapi  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("dpmtv serve needs the serve extra: pip install 'dpmtv[serve]'") from exc
+    raise ImportError(
+        "dpmtv serve needs the serve extra: pip install -e '.[serve]' in the dpmtv source checkout"
+    ) from exc
 
 from dpmtv.serve._app import create_app
 from dpmtv.serve._served import ServedModel, ServedVector, load_served_model, model_name, parse_vector_spec

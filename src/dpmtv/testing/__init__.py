@@ -18,6 +18,13 @@ TINY_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if n
 
 
 def build_tiny_checkpoint(family: str, out_dir: str | Path, *, seed: int = 0) -> Path:
+    """Write a tiny random-weight checkpoint of ``family`` (one of :data:`TINY_FAMILIES`, e.g.
+    ``"llava"``) into ``out_dir`` and return the folder; ``seed`` fixes the weights. It loads like
+    any checkpoint (``dpmtv.load_model(path)``, ``--model PATH``); its answers are meaningless.
+    Example::
+
+        path = build_tiny_checkpoint("llava", "my-vlm")  # then: dpmtv build --model my-vlm ...
+    """
     if family not in TINY_FAMILIES:
         raise UnsupportedModelError(f"no tiny builder for '{family}'; available: {', '.join(TINY_FAMILIES)}")
     module = importlib.import_module(f"dpmtv.testing.{family}")
