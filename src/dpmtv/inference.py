@@ -89,12 +89,21 @@ def answer_encoded(
 
 
 def greedy_new_tokens(
-    model, inputs, *, pad_token_id: int | None, max_new_tokens: int, stopping_criteria=None
+    model,
+    inputs,
+    *,
+    pad_token_id: int | None,
+    max_new_tokens: int,
+    stopping_criteria=None,
+    logits_processor=None,
 ) -> torch.Tensor:
     """Greedy decoding of encoded, left-padded prompts (every row's prompt ends at the same
     column): the new tokens ``(B, new)``. The one generation call of answering, evaluation and
-    serving; ``stopping_criteria`` (serving's per-row limits and streaming) is passed through."""
+    serving; ``stopping_criteria`` (serving's per-row limits and streaming) and
+    ``logits_processor`` (per-row sampling and scoring) are passed through."""
     extra = {} if stopping_criteria is None else {"stopping_criteria": stopping_criteria}
+    if logits_processor is not None:
+        extra["logits_processor"] = logits_processor
     with torch.no_grad():
         output = model.generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, **extra

@@ -34,8 +34,8 @@ class QueueFullError(Exception):
 
 @dataclass
 class Job:
-    """One request in flight. ``events`` receives ("text", str) deltas, then ("done", RowResult) or
-    ("error", exception)."""
+    """One row in flight (a request asking for ``n`` choices has ``n``). ``events`` receives
+    ("text", (str, log-probability entries)) deltas, then ("done", RowResult) or ("error", exception)."""
 
     row: RowRequest
     model: str  # the name the client asked for (a metrics label)
@@ -45,7 +45,7 @@ class Job:
 
     @property
     def image_count(self) -> int:
-        return len(self.row.example.images)
+        return self.row.image_count
 
     def cancel(self) -> None:
         self.row.cancelled.set()
@@ -84,17 +84,18 @@ class DynamicBatcher:
         batches_ahead = 1 + len(self._pending) // self.settings.max_batch_size
         return batches_ahead * self.batch_seconds
 
-    def submit(self, row: RowRequest, *, model: str, received_at: float) -> Job:
-        if len(self._pending) >= self.settings.max_queue:
+    def submit(self, rows: Sequence[RowRequest], *, model: str, received_at: float) -> list[Job]:
+        """Queue one request's rows together, or none of them."""
+        if len(self._pending) + len(rows) > self.settings.max_queue:
             raise QueueFullError(
                 f"the server is busy: {len(self._pending)} requests are waiting (limit --max-queue "
                 f"{self.settings.max_queue}); retry shortly"
             )
-        job = Job(row, model, received_at)
-        self._pending.append(job)
+        jobs = [Job(row, model, received_at) for row in rows]
+        self._pending.extend(jobs)
         self._ensure_running()
         self._wakeup.set()
-        return job
+        return jobs
 
     def close(self) -> None:
         if self._task is not None:
@@ -166,8 +167,8 @@ class DynamicBatcher:
             job.first_token_at = time.perf_counter()
             self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
 
-        def on_text(row: int, text: str) -> None:  # streaming rows only
-            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", text))
+        def on_text(row: int, text: str, logprobs: list) -> None:  # streaming rows only
+            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", (text, logprobs)))
 
         self.metrics.observe_batch(len(batch))
         rows = [job.row for job in batch]
