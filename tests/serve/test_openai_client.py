@@ -158,3 +158,27 @@ def test_a_multi_turn_conversation_with_images_in_two_user_turns(client):
     assert completion.choices[0].message.content
     single = client.chat.completions.create(model="colour", messages=_messages(seed=3), max_tokens=6)
     assert completion.usage.prompt_tokens > single.usage.prompt_tokens
+
+
+def test_text_completions_echo_logprobs_and_stop(client, served):
+    prompt = "The colour of the square is"
+    completion = client.completions.create(model="colour", prompt=prompt, max_tokens=5, logprobs=2, echo=True)
+    choice = completion.choices[0]
+    assert choice.text.startswith(prompt) and completion.object == "text_completion"
+    logprobs = choice.logprobs
+    prompt_tokens = completion.usage.prompt_tokens
+    assert len(logprobs.tokens) == prompt_tokens + completion.usage.completion_tokens
+    assert logprobs.token_logprobs[0] is None and all(lp <= 0 for lp in logprobs.token_logprobs[1:])
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs[1:])
+    # max_tokens 0 with echo scores the prompt alone: the same log-probabilities
+    scored = client.completions.create(model="colour", prompt=prompt, max_tokens=0, logprobs=0, echo=True)
+    assert scored.choices[0].text == prompt
+    assert scored.choices[0].logprobs.token_logprobs[1:] == pytest.approx(
+        logprobs.token_logprobs[1:prompt_tokens], abs=1e-5
+    )
+    answer = client.completions.create(model="colour", prompt=prompt, max_tokens=5).choices[0].text
+    assert answer == choice.text[len(prompt) :]
+    stopped = client.completions.create(model="colour", prompt=prompt, max_tokens=5, stop=[answer[1:3]])
+    assert stopped.choices[0].text == answer[: answer.find(answer[1:3])]
+    with pytest.raises(openai.BadRequestError, match="suffix"):
+        client.completions.create(model="colour", prompt=prompt, suffix="!")

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dpmtv._version import __version__
 from dpmtv.serve._admission import PixelBudget, retry_after
 from dpmtv.serve._batcher import DynamicBatcher, Job, QueueFullError
+from dpmtv.serve._completions import completion_body
 from dpmtv.serve._errors import ApiError, error_response
 from dpmtv.serve._generation import RowResult
 from dpmtv.serve._guarantee import QUERIES_ARE_FREE, model_cards
@@ -36,6 +37,7 @@ _PATHS = {
     "/metrics",
     "/v1/models",
     "/v1/chat/completions",
+    "/v1/completions",
     *(f"/static/{f}" for f in _STATIC),
 }
 _PUBLIC_PATHS = {"/", "/healthz", "/health", *(f"/static/{f}" for f in _STATIC)}
@@ -194,10 +196,29 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
         metrics.observe_latency(chat.model, time.perf_counter() - received)
         return JSONResponse(completion.whole(results))
 
-    # A plain Starlette route: the endpoint reads its own body, so FastAPI's dependency solving
+    async def completions(request: Request) -> Response:
+        received = time.perf_counter()
+        body = await _read_body(request, chat_route.settings)
+        completion, rows = await chat_route.preparer.completion(body)
+        try:
+            jobs = chat_route.batcher.submit(rows, model=completion.model, received_at=received)
+        except QueueFullError as exc:
+            headers = {"Retry-After": retry_after(chat_route.batcher.retry_after_s)}
+            raise ApiError(
+                429, str(exc), code="queue_full", kind="rate_limit_error", headers=headers
+            ) from None
+        try:
+            results = await _results(jobs, request)
+        except _Disconnected:
+            return Response(status_code=499)
+        metrics.observe_latency(completion.model, time.perf_counter() - received)
+        return JSONResponse(completion_body(completion, rows, results))
+
+    # Plain Starlette routes: the endpoint reads its own body, so FastAPI's dependency solving
     # and exit stacks per request would be pure event-loop time (the route's errors still go
     # through the app's exception handlers).
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", completions, methods=["POST"])
 
 
 async def _read_body(request: Request, settings: ServeSettings) -> bytes:

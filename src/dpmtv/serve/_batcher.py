@@ -43,10 +43,6 @@ class Job:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     first_token_at: float | None = None
 
-    @property
-    def image_count(self) -> int:
-        return self.row.image_count
-
     def cancel(self) -> None:
         self.row.cancelled.set()
 
@@ -145,18 +141,19 @@ class DynamicBatcher:
                 return
 
     def _take_batch(self) -> list[Job]:
-        """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first;
+        """Up to max_batch_size waiting jobs with the oldest job's layout (image count, and chat or
+        text prompt), oldest first;
         jobs whose clients have gone are dropped."""
         for job in [job for job in self._pending if job.cancelled]:
             self._pending.remove(job)
             self.metrics.observe_cancelled(job.model, started=False)
         if not self._pending:
             return []
-        images = self._pending[0].image_count
+        layout = self._pending[0].row.layout
         batch, rest = [], deque()
         while self._pending:
             job = self._pending.popleft()
-            fits = job.image_count == images and len(batch) < self.settings.max_batch_size
+            fits = job.row.layout == layout and len(batch) < self.settings.max_batch_size
             (batch if fits else rest).append(job)
         self._pending.extendleft(reversed(rest))
         return batch

@@ -32,17 +32,26 @@ from dpmtv.serve._tracker import OnFirstToken, OnText, RowTracker, TokenLogprob
 
 @dataclass(frozen=True)
 class RowRequest:
-    prompt: Prompt  # a conversation (demonstrations: its earlier turns) ending with the query's turn
+    # a conversation (demonstrations: its earlier turns) ending with the query's turn, through the
+    # chat template; or a text prompt (/v1/completions), tokenized as it is
+    prompt: Prompt | str
     vector: ServedVector | None  # None: zero-shot
     max_new_tokens: int
     cancelled: threading.Event  # set when the client disconnects: the row stops at its next token
     stream: bool = False  # on_text receives this row's text as it decodes
     decoding: Decoding = GREEDY
     stop: tuple[str, ...] = ()
+    echo_logprobs: bool = False  # also the prompt tokens' log-probabilities
 
     @property
     def image_count(self) -> int:
-        return len(self.prompt.all_images())
+        return 0 if isinstance(self.prompt, str) else len(self.prompt.all_images())
+
+    @property
+    def layout(self) -> tuple[int, bool]:
+        """Rows of one batch share it: one processor call needs a uniform image layout, and text
+        prompts skip the chat template."""
+        return self.image_count, isinstance(self.prompt, str)
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class RowResult:
     prompt_tokens: int
     completion_tokens: int
     logprobs: tuple[TokenLogprob, ...] = ()  # the answer's tokens, when the row asked for them
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # with echo_logprobs
 
 
 def generate_rows(
@@ -61,23 +71,27 @@ def generate_rows(
     on_first_token: OnFirstToken | None = None,
 ) -> list[RowResult]:
     adapter = served.loaded.adapter
-    inputs = adapter.encode([row.prompt for row in rows])
+    inputs = _encode(adapter, rows)
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     decoding = RowDecoding([row.decoding for row in rows], prompt_length=inputs["input_ids"].shape[1])
     tracker = RowTracker(
         adapter.tokenizer,
-        [(r.max_new_tokens, r.cancelled, r.stop, r.decoding, r.stream) for r in rows],
+        [
+            (r.max_new_tokens, r.cancelled, r.stop, r.decoding, r.stream, isinstance(r.prompt, str))
+            for r in rows
+        ],
         adapter.eos_token_ids,
         decoding,
         on_text,
         on_first_token,
     )
     with _row_patches(served, rows):
+        echoed = _prompt_logprobs(served, rows, inputs, tracker)
         greedy_new_tokens(
             served.loaded.model,
             inputs,
             pad_token_id=adapter.tokenizer.pad_token_id,
-            max_new_tokens=max(row.max_new_tokens for row in rows),
+            max_new_tokens=max(1, *(row.max_new_tokens for row in rows)),
             stopping_criteria=StoppingCriteriaList([tracker]),
             logits_processor=LogitsProcessorList([decoding]),
         )
@@ -89,9 +103,42 @@ def generate_rows(
             int(prompt_tokens[i]),
             len(row.tokens),
             tuple(row.logprobs) if rows[i].decoding.logprobs else (),
+            echoed[i],
         )
         for i, row in enumerate(generated)
     ]
+
+
+def _encode(adapter, rows: Sequence[RowRequest]) -> dict[str, torch.Tensor]:
+    prompts = [row.prompt for row in rows]
+    if not isinstance(prompts[0], str):
+        return adapter.encode(prompts)
+    tokenizer = adapter.tokenizer
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    device = adapter.input_device
+    return {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
+
+
+def _prompt_logprobs(served, rows, inputs, tracker: RowTracker) -> list[tuple[TokenLogprob, ...]]:
+    """Each echoing row's prompt tokens scored by one forward pass over the batch (position ``p``
+    predicts token ``p + 1``); the first token has no log-probability."""
+    if not any(row.echo_logprobs for row in rows):
+        return [() for _ in rows]
+    with torch.no_grad():
+        logits = served.loaded.model(**inputs).logits.float()
+    scored: list[tuple[TokenLogprob, ...]] = []
+    for index, row in enumerate(rows):
+        if not row.echo_logprobs:
+            scored.append(())
+            continue
+        real = inputs["attention_mask"][index].nonzero().flatten().tolist()
+        ids = inputs["input_ids"][index].tolist()
+        logprobs = torch.log_softmax(logits[index], dim=-1)
+        top = row.decoding.top_logprobs
+        first = TokenLogprob(served.loaded.adapter.tokenizer.decode([ids[real[0]]]), None, ())
+        scored.append((first, *(tracker.entry(logprobs[p - 1], ids[p], top) for p in real[1:])))
+    return scored
 
 
 def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):

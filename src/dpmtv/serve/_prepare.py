@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dpmtv.serve._admission import PixelBudget
+from dpmtv.serve._completions import CompletionRequest, completion_rows
 from dpmtv.serve._generation import RowRequest
 from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_requests
 from dpmtv.serve._served import ServedModel
@@ -74,6 +75,10 @@ class RequestPreparer:
             self.pixels.release(held)
             raise
         return Prepared(chat, rows, held)
+
+    async def completion(self, body: bytes) -> tuple[CompletionRequest, tuple[RowRequest, ...]]:
+        """A text completion's request and rows, checked in the pool (no images to admit)."""
+        return await asyncio.wrap_future(self.pool.submit(completion_rows, body, self.served, self.settings))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

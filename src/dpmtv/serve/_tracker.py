@@ -23,7 +23,7 @@ from dpmtv.serve._decoding import Decoding, RowDecoding
 @dataclass(frozen=True)
 class TokenLogprob:
     token: str
-    logprob: float
+    logprob: float | None  # None: a prompt's first token, which nothing predicts
     top: tuple[tuple[str, float], ...]  # the most likely tokens at this step, best first
 
     def openai(self) -> dict:
@@ -49,6 +49,7 @@ class _Row:
     stops: tuple[str, ...]
     decoding: Decoding
     streaming: bool
+    raw: bool  # a text completion: its text is kept as decoded (a chat answer is stripped)
     tokens: list[int]
     logprobs: list[TokenLogprob]
     ends: list[int]  # the text's length after each token (rows that decode as they go)
@@ -67,7 +68,7 @@ class RowTracker(StoppingCriteria):
     def __init__(
         self,
         tokenizer,
-        rows: Sequence[tuple[int, threading.Event, tuple[str, ...], Decoding, bool]],
+        rows: Sequence[tuple[int, threading.Event, tuple[str, ...], Decoding, bool, bool]],
         eos_ids: list[int],
         decoding: RowDecoding,
         on_text: OnText | None,
@@ -84,6 +85,9 @@ class RowTracker(StoppingCriteria):
         newest = input_ids[:, -1].tolist()
         for index, (row, token) in enumerate(zip(self.rows, newest, strict=True)):
             if row.done:
+                continue
+            if row.limit == 0:  # echo only: nothing generated
+                row.done = True
                 continue
             if row.cancelled.is_set():
                 row.done, row.finish_reason = True, "cancelled"
@@ -104,11 +108,13 @@ class RowTracker(StoppingCriteria):
             self.on_first_token(index)
         if not row.decodes_as_it_goes:
             return
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True).lstrip()
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        text = text if row.raw else text.lstrip()
         row.ends.append(len(text))
         cut = _first_stop(text, row.stops)
         if cut is not None:
-            row.done, row.finish_reason, row.text = True, "stop", text[:cut].rstrip()
+            row.done, row.finish_reason = True, "stop"
+            row.text = text[:cut] if row.raw else text[:cut].rstrip()
             kept = sum(1 for start in [0, *row.ends[:-1]] if start < cut)
             del row.tokens[kept:], row.logprobs[kept:]
             return
@@ -118,6 +124,10 @@ class RowTracker(StoppingCriteria):
     def _logprob(self, index: int, token: int, top: int) -> TokenLogprob:
         logprobs = self.decoding.latest[index]
         assert logprobs is not None  # the decoding processor logs every row that asks
+        return self.entry(logprobs, token, top)
+
+    def entry(self, logprobs: torch.Tensor, token: int, top: int) -> TokenLogprob:
+        """``token``'s entry in one position's log-probabilities, with the ``top`` most likely."""
         best = torch.topk(logprobs, top) if top else None
         pairs = () if best is None else zip(best.indices.tolist(), best.values.tolist(), strict=True)
         decode = self.tokenizer.decode
@@ -141,7 +151,8 @@ class RowTracker(StoppingCriteria):
         row = self.rows[index]
         if row.text is not None:
             return row.text
-        return self.tokenizer.decode(row.tokens, skip_special_tokens=True).strip()
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        return text if row.raw else text.strip()
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
