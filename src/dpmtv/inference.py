@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from dpmtv.artifact.vector import TaskVector
 from dpmtv.data.prompts import Example, zero_shot
@@ -123,3 +124,68 @@ def generate_encoded(adapter: ModelAdapter, inputs: Inputs, *, max_new_tokens: i
         adapter.model, inputs, pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens
     )
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+def choice_probabilities(
+    loaded: LoadedModel,
+    queries: Sequence[Example],
+    choices: Sequence[str],
+    *,
+    vector: TaskVector | None = None,
+    batch_size: int = 8,
+    mode: PatchMode | str | None = None,
+) -> list[dict[str, float]]:
+    """Each query's probability of each choice under the vector, normalised over the choices.
+
+    A choice is scored exactly as the model would generate it: its tokens (the tokenizer's
+    encoding of the choice text alone) are forced one by one through the same ``generate`` call
+    as answering, with the vector patched as in answering, and its log-probability is the sum of
+    the model's log-probabilities of those tokens. Post-processing of the released vector: no
+    privacy cost.
+    """
+    if len(set(choices)) < 2 or any(not choice for choice in choices):
+        raise ParameterError(f"give at least two distinct non-empty choices, got {list(choices)}")
+    tokenizer = loaded.adapter.tokenizer
+    forced = [tuple(tokenizer(choice, add_special_tokens=False)["input_ids"]) for choice in choices]
+    pairs = [(query, tokens) for query in queries for tokens in forced]
+    totals: list[float] = []
+    patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
+    with patched:
+        for batch in iter_batches(pairs, batch_size):
+            inputs = loaded.adapter.encode([zero_shot(query) for query, _ in batch])
+            scorer = _ForcedTokens([tokens for _, tokens in batch], inputs["input_ids"].shape[1])
+            greedy_new_tokens(
+                loaded.model,
+                inputs,
+                pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max(len(tokens) for _, tokens in batch),
+                logits_processor=LogitsProcessorList([scorer]),
+            )
+            totals.extend(scorer.totals)
+    results = []
+    for start in range(0, len(totals), len(choices)):
+        probabilities = torch.softmax(
+            torch.tensor(totals[start : start + len(choices)], dtype=torch.float64), 0
+        )
+        results.append(dict(zip(choices, probabilities.tolist(), strict=True)))
+    return results
+
+
+class _ForcedTokens(LogitsProcessor):
+    """Forces each row's tokens in turn and sums their log-probabilities under the raw scores."""
+
+    def __init__(self, forced: Sequence[tuple[int, ...]], prompt_length: int) -> None:
+        self.forced = list(forced)
+        self.prompt_length = prompt_length
+        self.totals = [0.0 for _ in forced]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_length
+        logprobs = torch.log_softmax(scores.float(), dim=-1)
+        kept = torch.full_like(scores, float("-inf"))
+        for row, tokens in enumerate(self.forced):
+            token = tokens[min(step, len(tokens) - 1)]
+            if step < len(tokens):
+                self.totals[row] += float(logprobs[row, token])
+            kept[row, token] = 0.0
+        return kept
