@@ -32,9 +32,7 @@ def _direct_logprob(loaded, vector, query: Example, choice: str) -> float:
         for token in tokens:
             total += float(torch.log_softmax(out.logits[0, -1].float(), dim=-1)[token])
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = loaded.model(
-                input_ids=torch.tensor([[token]]), attention_mask=mask, cache=out.cache
-            )
+            out = loaded.model(input_ids=torch.tensor([[token]]), attention_mask=mask, cache=out.cache)
     return total
 
 
