@@ -92,3 +92,28 @@ def test_a_field_openai_does_not_define_is_refused_by_name(app):
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "top_k"
     assert "top_k" in response.json()["error"]["message"]
+
+
+def test_the_completions_table_names_every_field_the_endpoint_knows():
+    from dpmtv.serve._fields import COMPLETION_FIELDS
+
+    section = TABLE.read_text(encoding="utf-8").split("## `POST /v1/completions`")[1]
+    rows = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| `")]
+    documented = set(re.findall(r"`(\w+)`", " ".join(rows)))
+    assert documented == set(COMPLETION_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"suffix": "!"}, "suffix"),
+        ({"best_of": 3}, "best_of"),
+        ({"stream": True}, "stream"),
+        ({"tools": []}, "tools"),
+    ],
+)
+def test_completions_refuse_what_they_do_not_honour(app, extra, field):
+    body = {"model": "colour", "prompt": "The answer is", "max_tokens": 2, **extra}
+    response = request(app, "POST", "/v1/completions", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == field

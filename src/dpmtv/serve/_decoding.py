@@ -6,8 +6,7 @@ of such rows is exactly today's greedy batch). A row with ``logit_bias`` or pena
 scores shifted; a sampled row (``temperature > 0``) draws its token from its own seeded
 generator (after ``top_p``) and leaves only that token finite, so the argmax takes it. Rows of
 one batch never share a random stream: the same seed gives the same answer whatever else runs
-beside it. A row with ``forced`` tokens is scored, not answered: each step keeps only its next
-forced token.
+beside it.
 
 Log-probabilities are read before any of these edits: they are the model's own distribution
 under the vector (temperature 1), as vLLM reports them by default.
@@ -37,17 +36,14 @@ class Decoding:
     presence_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
-    forced: tuple[int, ...] = ()  # score these tokens instead of choosing
 
     @property
     def sampled(self) -> bool:
-        return self.temperature > 0 and not self.forced
+        return self.temperature > 0
 
     @property
     def edits_scores(self) -> bool:
-        return bool(
-            self.sampled or self.logit_bias or self.frequency_penalty or self.presence_penalty or self.forced
-        )
+        return bool(self.sampled or self.logit_bias or self.frequency_penalty or self.presence_penalty)
 
 
 GREEDY = Decoding()
@@ -61,31 +57,23 @@ class RowDecoding(LogitsProcessor):
         # each row's log-probabilities at the latest step (None for rows that do not ask for them)
         self.latest: list[torch.Tensor | None] = [None for _ in self.decodings]
         self.any_edits = any(d.edits_scores for d in self.decodings)
-        self.any_logprobs = any(d.logprobs or d.forced for d in self.decodings)
+        self.any_logprobs = any(d.logprobs for d in self.decodings)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.any_logprobs:
             logprobs = torch.log_softmax(scores.float(), dim=-1)
-            self.latest = [
-                logprobs[row] if (d.logprobs or d.forced) else None for row, d in enumerate(self.decodings)
-            ]
+            self.latest = [logprobs[row] if d.logprobs else None for row, d in enumerate(self.decodings)]
         if not self.any_edits:
             return scores
         scores = scores.clone()
-        step = input_ids.shape[1] - self.prompt_length
         for row, decoding in enumerate(self.decodings):
             if decoding.edits_scores:
-                scores[row] = self._row(
-                    row, decoding, input_ids[row, self.prompt_length :], scores[row], step
-                )
+                scores[row] = self._row(row, decoding, input_ids[row, self.prompt_length :], scores[row])
         return scores
 
     def _row(
-        self, row: int, decoding: Decoding, generated: torch.Tensor, scores: torch.Tensor, step: int
+        self, row: int, decoding: Decoding, generated: torch.Tensor, scores: torch.Tensor
     ) -> torch.Tensor:
-        if decoding.forced:
-            token = decoding.forced[min(step, len(decoding.forced) - 1)]
-            return _only(scores, token)
         if decoding.logit_bias:
             ids = torch.tensor([t for t, _ in decoding.logit_bias], device=scores.device)
             bias = torch.tensor([b for _, b in decoding.logit_bias], device=scores.device, dtype=scores.dtype)

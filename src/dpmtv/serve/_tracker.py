@@ -92,7 +92,7 @@ class RowTracker(StoppingCriteria):
             if row.cancelled.is_set():
                 row.done, row.finish_reason = True, "cancelled"
                 continue
-            if token in self.eos_ids and not row.decoding.forced:
+            if token in self.eos_ids:
                 row.done, row.finish_reason = True, "stop"
                 continue
             self._append(index, row, token)
@@ -102,7 +102,7 @@ class RowTracker(StoppingCriteria):
 
     def _append(self, index: int, row: _Row, token: int) -> None:
         row.tokens.append(token)
-        if row.decoding.logprobs or row.decoding.forced:
+        if row.decoding.logprobs:
             row.logprobs.append(self._logprob(index, token, row.decoding.top_logprobs))
         if len(row.tokens) == 1 and self.on_first_token is not None:
             self.on_first_token(index)
