@@ -9,7 +9,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from dpmtv.artifact.vector import TaskVector
-from dpmtv.data.prompts import Example, zero_shot
+from dpmtv.data.prompts import Example, Prompt, zero_shot
 from dpmtv.errors import ParameterError
 from dpmtv.forward.extract import iter_batches
 from dpmtv.forward.hooks import PatchMode, overwrite_heads
@@ -128,7 +128,7 @@ def generate_encoded(adapter: ModelAdapter, inputs: Inputs, *, max_new_tokens: i
 
 def choice_probabilities(
     loaded: LoadedModel,
-    queries: Sequence[Example],
+    queries: Sequence[Example | Prompt],
     choices: Sequence[str],
     *,
     vector: TaskVector | None = None,
@@ -136,6 +136,7 @@ def choice_probabilities(
     mode: PatchMode | str | None = None,
 ) -> list[dict[str, float]]:
     """Each query's probability of each choice under the vector, normalised over the choices.
+    A query is an example (asked zero-shot) or a whole conversation (a :class:`Prompt`).
 
     A choice is scored exactly as the model would generate it: its tokens (the tokenizer's
     encoding of the choice text alone) are forced one by one through the same ``generate`` call
@@ -152,7 +153,8 @@ def choice_probabilities(
     patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
     with patched:
         for batch in iter_batches(pairs, batch_size):
-            inputs = loaded.adapter.encode([zero_shot(query) for query, _ in batch])
+            prompts = [query if isinstance(query, Prompt) else zero_shot(query) for query, _ in batch]
+            inputs = loaded.adapter.encode(prompts)
             scorer = _ForcedTokens([tokens for _, tokens in batch], inputs["input_ids"].shape[1])
             greedy_new_tokens(
                 loaded.model,

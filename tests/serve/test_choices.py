@@ -52,3 +52,26 @@ def test_probabilities_sum_to_one_and_match_the_patched_model(served):
 def test_choices_must_be_two_distinct_answers(served):
     with pytest.raises(ParameterError, match="two distinct"):
         choice_probabilities(served.loaded, [_query(0)], ["yes", "yes"])
+
+
+def test_the_server_scores_choices_as_the_python_api_does(make_app, served):
+    from tests.serve.conftest import chat_body
+    from tests.serve.test_api import request
+
+    app = make_app()
+    body = {**chat_body("colour", text="Is it big?"), "choices": ["yes", "no", "not sure"]}
+    response = request(app, "POST", "/v1/choices", json=body)
+    assert response.status_code == 200, response.text
+    scored = {c["text"]: c["probability"] for c in response.json()["choices"]}
+    assert list(scored) == ["yes", "no", "not sure"] and math.fsum(scored.values()) == pytest.approx(1.0)
+    [expected] = choice_probabilities(
+        served.loaded,
+        [_query(0)],
+        list(scored),
+        vector=served.vectors["colour"].vector,
+    )
+    assert list(scored.values()) == pytest.approx(list(expected.values()), rel=1e-4, abs=1e-7)
+    twice = request(app, "POST", "/v1/choices", json={**body, "choices": ["yes", "yes"]})
+    assert twice.status_code == 400 and twice.json()["error"]["param"] == "choices"
+    unknown = request(app, "POST", "/v1/choices", json={**body, "model": "nope"})
+    assert unknown.status_code == 404

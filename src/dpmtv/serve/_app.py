@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dpmtv._version import __version__
 from dpmtv.serve._admission import PixelBudget, retry_after
 from dpmtv.serve._batcher import DynamicBatcher, Job, QueueFullError
+from dpmtv.serve._choices import score_choices
 from dpmtv.serve._completions import completion_body
 from dpmtv.serve._errors import ApiError, error_response
 from dpmtv.serve._generation import RowResult
@@ -38,6 +39,7 @@ _PATHS = {
     "/v1/models",
     "/v1/chat/completions",
     "/v1/completions",
+    "/v1/choices",
     *(f"/static/{f}" for f in _STATIC),
 }
 _PUBLIC_PATHS = {"/", "/healthz", "/health", *(f"/static/{f}" for f in _STATIC)}
@@ -219,6 +221,14 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
     # through the app's exception handlers).
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/completions", completions, methods=["POST"])
+
+    async def choices(request: Request) -> Response:
+        body = await _read_body(request, chat_route.settings)
+        parsed, prompt = await chat_route.preparer.choices(body)
+        served = request.app.state.served
+        return JSONResponse(await chat_route.batcher.between_batches(score_choices, served, parsed, prompt))
+
+    app.add_route("/v1/choices", choices, methods=["POST"])
 
 
 async def _read_body(request: Request, settings: ServeSettings) -> bytes:

@@ -93,6 +93,11 @@ class DynamicBatcher:
         self._wakeup.set()
         return jobs
 
+    async def between_batches(self, function, *args):
+        """``function(*args)`` on the generation thread, after the running batch (the model's
+        hooks belong to one batch at a time)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()

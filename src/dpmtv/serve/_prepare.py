@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dpmtv.serve._admission import PixelBudget
+from dpmtv.serve._choices import prepared_choices
 from dpmtv.serve._completions import CompletionRequest, completion_rows
 from dpmtv.serve._generation import RowRequest
 from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_requests
@@ -79,6 +80,10 @@ class RequestPreparer:
     async def completion(self, body: bytes) -> tuple[CompletionRequest, tuple[RowRequest, ...]]:
         """A text completion's request and rows, checked in the pool (no images to admit)."""
         return await asyncio.wrap_future(self.pool.submit(completion_rows, body, self.served, self.settings))
+
+    async def choices(self, body: bytes):
+        """A closed-answer request and its decoded conversation (:mod:`dpmtv.serve._choices`)."""
+        return await asyncio.wrap_future(self.pool.submit(prepared_choices, body, self.served, self.settings))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
