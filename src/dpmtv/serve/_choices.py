@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dpmtv.data.prompts import Prompt
 from dpmtv.serve._body import parse_json_body
 from dpmtv.serve._errors import ApiError
+from dpmtv.serve._generation import row_patches
 from dpmtv.serve._messages import Message, decoded_prompt, plan_turns
 from dpmtv.serve._options import served_vector
 from dpmtv.serve._requests import validated
@@ -51,10 +52,10 @@ def prepared_choices(
 def score_choices(served: ServedModel, request: ChoicesRequest, prompt: Prompt) -> dict:
     from dpmtv.inference import choice_probabilities
 
-    vector = served.vectors[request.model].vector if request.model in served.vectors else None
-    [probabilities] = choice_probabilities(
-        served.loaded, [prompt], request.choices, vector=vector, mode=served.patch_mode
-    )
+    # one batch: the prompt once per answer, each row patched with the served vector's layout
+    answers = len(request.choices)
+    with row_patches(served, [served.vectors.get(request.model)] * answers):
+        [probabilities] = choice_probabilities(served.loaded, [prompt], request.choices, batch_size=answers)
     return {
         "object": "choice_scores",
         "created": int(time.time()),

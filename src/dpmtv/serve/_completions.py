@@ -72,7 +72,8 @@ def completion_rows(
         new_tokens = max_new_tokens(
             request.max_tokens, "max_tokens", default=settings.default_max_tokens, cap=settings.max_tokens
         )
-    decodings = request.decodings(vocab_size(served), top_logprobs=request.logprobs)
+    vocab = vocab_size(served) if request.logit_bias else 0  # read only to check logit_bias
+    decodings = request.decodings(vocab, top_logprobs=request.logprobs)
     stop, cancelled = request.stop_strings(), threading.Event()
     rows = tuple(
         RowRequest(

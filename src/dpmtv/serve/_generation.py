@@ -85,7 +85,7 @@ def generate_rows(
         on_text,
         on_first_token,
     )
-    with _row_patches(served, rows):
+    with row_patches(served, [row.vector for row in rows]):
         echoed = _prompt_logprobs(served, rows, inputs, tracker)
         greedy_new_tokens(
             served.loaded.model,
@@ -141,8 +141,9 @@ def _prompt_logprobs(served, rows, inputs, tracker: RowTracker) -> list[tuple[To
     return scored
 
 
-def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):
-    vectors = [row.vector for row in rows]
+def row_patches(served: ServedModel, vectors: Sequence[ServedVector | None]):
+    """Row ``b`` of the batches run inside gets ``vectors[b]`` (None: no patch), in the model's
+    patch mode; the vectors were checked against the model when the server started."""
     if all(vector is None for vector in vectors):
         return nullcontext()
     adapter = served.loaded.adapter

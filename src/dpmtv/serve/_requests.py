@@ -79,7 +79,8 @@ def plan_row(request: ChatRequest, served: ServedModel, settings: ServeSettings)
         cap=settings.max_tokens,
     )
     top = (request.top_logprobs or 0) if request.logprobs else None
-    decodings = request.decodings(vocab_size(served), top_logprobs=top)
+    vocab = vocab_size(served) if request.logit_bias else 0  # read only to check logit_bias
+    decodings = request.decodings(vocab, top_logprobs=top)
     stop = request.stop_strings()
     return PlannedRow(plan_turns(request.messages, settings), vector, new_tokens, decodings, stop)
 
