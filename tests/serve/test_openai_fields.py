@@ -117,3 +117,9 @@ def test_completions_refuse_what_they_do_not_honour(app, extra, field):
     response = request(app, "POST", "/v1/completions", json=body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == field
+
+
+def test_stream_options_without_stream_is_refused(app):
+    body = chat_body("colour", max_tokens=2, stream_options={"include_usage": True})
+    response = request(app, "POST", "/v1/chat/completions", json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "stream_options"

@@ -38,6 +38,12 @@ class SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    def check_stream_options(self) -> None:
+        if self.stream_options is not None and not self.stream:
+            raise ApiError(
+                400, "stream_options needs stream=true", code="invalid_request", param="stream_options"
+            )
+
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
         if len(stops) > MAX_STOPS or any(not stop for stop in stops):

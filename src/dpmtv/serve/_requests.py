@@ -69,6 +69,7 @@ def plan_row(request: ChatRequest, served: ServedModel, settings: ServeSettings)
             raise ApiError(
                 400, "top_logprobs needs logprobs=true", code="invalid_logprobs", param="top_logprobs"
             )
+    request.check_stream_options()
     if request.stream and request.n > 1:
         raise ApiError(400, "n > 1 cannot stream: ask without stream", code="unsupported_n", param="n")
     field = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
