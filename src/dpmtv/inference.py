@@ -148,19 +148,25 @@ def choice_probabilities(
         raise ParameterError(f"give at least two distinct non-empty choices, got {list(choices)}")
     tokenizer = loaded.adapter.tokenizer
     forced = [tuple(tokenizer(choice, add_special_tokens=False)["input_ids"]) for choice in choices]
-    pairs = [(query, tokens) for query in queries for tokens in forced]
+    # one-token choices are all read from each query's first distribution: one row per query
+    single = all(len(tokens) == 1 for tokens in forced)
+    rows = [(query, ()) for query in queries] if single else [(q, t) for q in queries for t in forced]
     totals: list[float] = []
     patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
     with patched:
-        for batch in iter_batches(pairs, batch_size):
+        for batch in iter_batches(rows, batch_size):
             prompts = [query if isinstance(query, Prompt) else zero_shot(query) for query, _ in batch]
             inputs = loaded.adapter.encode(prompts)
-            scorer = _ForcedTokens([tokens for _, tokens in batch], inputs["input_ids"].shape[1])
+            scorer = (
+                _FirstTokens([tokens[0] for tokens in forced])
+                if single
+                else _ForcedTokens([tokens for _, tokens in batch], inputs["input_ids"].shape[1])
+            )
             greedy_new_tokens(
                 loaded.model,
                 inputs,
                 pad_token_id=tokenizer.pad_token_id,
-                max_new_tokens=max(len(tokens) for _, tokens in batch),
+                max_new_tokens=max(1, *(len(tokens) for _, tokens in batch)),
                 logits_processor=LogitsProcessorList([scorer]),
             )
             totals.extend(scorer.totals)
@@ -191,3 +197,17 @@ class _ForcedTokens(LogitsProcessor):
                 self.totals[row] += float(logprobs[row, token])
             kept[row, token] = 0.0
         return kept
+
+
+class _FirstTokens(LogitsProcessor):
+    """Reads every row's log-probabilities of the one-token choices at the first step."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+        self.totals: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.totals:  # the first step: the only one generate runs (max_new_tokens 1)
+            logprobs = torch.log_softmax(scores.float(), dim=-1)[:, self.tokens]
+            self.totals = logprobs.flatten().tolist()
+        return scores

@@ -36,9 +36,27 @@ def _direct_logprob(loaded, vector, query: Example, choice: str) -> float:
     return total
 
 
-def test_probabilities_sum_to_one_and_match_the_patched_model(served):
+def _one_token_words(tokenizer, count: int) -> list[str]:
+    words = []
+    for token in range(len(tokenizer)):
+        word = tokenizer.decode([token], skip_special_tokens=True).strip()
+        if word and len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1 and word not in words:
+            words.append(word)
+        if len(words) == count:
+            return words
+    raise AssertionError("no one-token words")
+
+
+@pytest.mark.parametrize("kind", ["one token each (one row per query)", "several tokens (a row per choice)"])
+def test_probabilities_sum_to_one_and_match_the_patched_model(served, kind):
     vector = served.vectors["colour"].vector
-    choices = ["yes", "no", "a long answer of several tokens"]
+    tokenizer = served.loaded.adapter.tokenizer
+    if kind.startswith("one"):
+        choices = _one_token_words(tokenizer, 3)
+    else:
+        choices = ["yes", "no", "a long answer of several tokens"]
+    lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in choices]
+    assert (max(lengths) == 1) == kind.startswith("one")
     queries = [_query(0), _query(1)]
     scores = choice_probabilities(served.loaded, queries, choices, vector=vector, batch_size=4)
     for query, probabilities in zip(queries, scores, strict=True):
