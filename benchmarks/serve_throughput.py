@@ -56,7 +56,8 @@ def in_process_rows(served, requests: int) -> list:
         name, image, _ = queries[index % len(queries)]
         prepared = preparer.prepare(json.dumps(request_body(name, image)).encode())
         pixels.release(prepared.pixels_held)
-        rows.append(prepared.row)
+        # one row per choice since /v1 honours n (older code: one row per request)
+        rows.extend(prepared.rows) if hasattr(prepared, "rows") else rows.append(prepared.row)
     preparer.close()
     return rows
 

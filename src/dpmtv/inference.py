@@ -6,9 +6,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from dpmtv.artifact.vector import TaskVector
-from dpmtv.data.prompts import Example, zero_shot
+from dpmtv.data.prompts import Example, Prompt, zero_shot
 from dpmtv.errors import ParameterError
 from dpmtv.forward.extract import iter_batches
 from dpmtv.forward.hooks import PatchMode, overwrite_heads
@@ -89,12 +90,21 @@ def answer_encoded(
 
 
 def greedy_new_tokens(
-    model, inputs, *, pad_token_id: int | None, max_new_tokens: int, stopping_criteria=None
+    model,
+    inputs,
+    *,
+    pad_token_id: int | None,
+    max_new_tokens: int,
+    stopping_criteria=None,
+    logits_processor=None,
 ) -> torch.Tensor:
     """Greedy decoding of encoded, left-padded prompts (every row's prompt ends at the same
     column): the new tokens ``(B, new)``. The one generation call of answering, evaluation and
-    serving; ``stopping_criteria`` (serving's per-row limits and streaming) is passed through."""
+    serving; ``stopping_criteria`` (serving's per-row limits and streaming) and
+    ``logits_processor`` (per-row sampling and scoring) are passed through."""
     extra = {} if stopping_criteria is None else {"stopping_criteria": stopping_criteria}
+    if logits_processor is not None:
+        extra["logits_processor"] = logits_processor
     with torch.no_grad():
         output = model.generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, **extra
@@ -114,3 +124,90 @@ def generate_encoded(adapter: ModelAdapter, inputs: Inputs, *, max_new_tokens: i
         adapter.model, inputs, pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens
     )
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+def choice_probabilities(
+    loaded: LoadedModel,
+    queries: Sequence[Example | Prompt],
+    choices: Sequence[str],
+    *,
+    vector: TaskVector | None = None,
+    batch_size: int = 8,
+    mode: PatchMode | str | None = None,
+) -> list[dict[str, float]]:
+    """Each query's probability of each choice under the vector, normalised over the choices.
+    A query is an example (asked zero-shot) or a whole conversation (a :class:`Prompt`).
+
+    A choice is scored exactly as the model would generate it: its tokens (the tokenizer's
+    encoding of the choice text alone) are forced one by one through the same ``generate`` call
+    as answering, with the vector patched as in answering, and its log-probability is the sum of
+    the model's log-probabilities of those tokens. Post-processing of the released vector: no
+    privacy cost.
+    """
+    if len(set(choices)) < 2 or any(not choice for choice in choices):
+        raise ParameterError(f"give at least two distinct non-empty choices, got {list(choices)}")
+    tokenizer = loaded.adapter.tokenizer
+    forced = [tuple(tokenizer(choice, add_special_tokens=False)["input_ids"]) for choice in choices]
+    # one-token choices are all read from each query's first distribution: one row per query
+    single = all(len(tokens) == 1 for tokens in forced)
+    rows = [(query, ()) for query in queries] if single else [(q, t) for q in queries for t in forced]
+    totals: list[float] = []
+    patched = nullcontext() if vector is None else apply(loaded, vector, mode=mode)
+    with patched:
+        for batch in iter_batches(rows, batch_size):
+            prompts = [query if isinstance(query, Prompt) else zero_shot(query) for query, _ in batch]
+            inputs = loaded.adapter.encode(prompts)
+            scorer = (
+                _FirstTokens([tokens[0] for tokens in forced])
+                if single
+                else _ForcedTokens([tokens for _, tokens in batch], inputs["input_ids"].shape[1])
+            )
+            greedy_new_tokens(
+                loaded.model,
+                inputs,
+                pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max(1, *(len(tokens) for _, tokens in batch)),
+                logits_processor=LogitsProcessorList([scorer]),
+            )
+            totals.extend(scorer.totals)
+    results = []
+    for start in range(0, len(totals), len(choices)):
+        probabilities = torch.softmax(
+            torch.tensor(totals[start : start + len(choices)], dtype=torch.float64), 0
+        )
+        results.append(dict(zip(choices, probabilities.tolist(), strict=True)))
+    return results
+
+
+class _ForcedTokens(LogitsProcessor):
+    """Forces each row's tokens in turn and sums their log-probabilities under the raw scores."""
+
+    def __init__(self, forced: Sequence[tuple[int, ...]], prompt_length: int) -> None:
+        self.forced = list(forced)
+        self.prompt_length = prompt_length
+        self.totals = [0.0 for _ in forced]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_length
+        logprobs = torch.log_softmax(scores.float(), dim=-1)
+        kept = torch.full_like(scores, float("-inf"))
+        for row, tokens in enumerate(self.forced):
+            token = tokens[min(step, len(tokens) - 1)]
+            if step < len(tokens):
+                self.totals[row] += float(logprobs[row, token])
+            kept[row, token] = 0.0
+        return kept
+
+
+class _FirstTokens(LogitsProcessor):
+    """Reads every row's log-probabilities of the one-token choices at the first step."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+        self.totals: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.totals:  # the first step: the only one generate runs (max_new_tokens 1)
+            logprobs = torch.log_softmax(scores.float(), dim=-1)[:, self.tokens]
+            self.totals = logprobs.flatten().tolist()
+        return scores

@@ -242,8 +242,11 @@ BAD_REQUESTS = {
     ),
     "image_too_large": (400, _with_image(_big_png_data_url(1200, 1000))),
     "max_tokens_out_of_range": (400, chat_body("colour", max_tokens=0)),
-    "unsupported_temperature": (400, chat_body("colour", temperature=0.7)),
-    "unsupported_n": (400, chat_body("colour", n=2)),
+    "unsupported_n": (400, chat_body("colour", n=2, stream=True)),
+    "unsupported_field": (400, chat_body("colour", response_format={"type": "json_object"})),
+    "invalid_stop": (400, chat_body("colour", stop=["", "x"])),
+    "invalid_logit_bias": (400, chat_body("colour", logit_bias={"abc": 5})),
+    "invalid_logprobs": (400, chat_body("colour", top_logprobs=2)),
     "unsupported_messages": (
         400,
         {

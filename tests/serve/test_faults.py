@@ -203,7 +203,7 @@ def test_api_keys_no_client_can_send_are_refused_at_start_up(key, tiny_llava_pat
 
 
 def test_an_internal_error_names_only_its_type(make_app, served, monkeypatch):
-    import dpmtv.serve._requests as requests_module
+    import dpmtv.serve._messages as requests_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("gs -sDEVICE=png16m -sOutputFile=/tmp/secret.png")

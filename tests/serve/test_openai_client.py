@@ -56,9 +56,129 @@ def test_chat_completion_and_stream_agree(client):
 def test_errors_arrive_as_the_client_exceptions(client):
     with pytest.raises(openai.NotFoundError, match="not served here"):
         client.chat.completions.create(model="nope", messages=_messages())
-    with pytest.raises(openai.BadRequestError, match="temperature must be 0"):
-        client.chat.completions.create(model="colour", messages=_messages(), temperature=1.0)
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(
+            model="colour", messages=_messages(), response_format={"type": "json_object"}
+        )
     wrong = openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
     assert client.chat.completions.create(model="shape", messages=_messages(1), max_tokens=2).choices
+
+
+def _greedy_tokens(client, **extra):
+    extra = {"max_tokens": 8, **extra}
+    completion = client.chat.completions.create(
+        model="colour", messages=_messages(), logprobs=True, top_logprobs=3, **extra
+    )
+    return completion.choices[0]
+
+
+SAMPLED = {"temperature": 1.0, "seed": 3, "max_tokens": 12}  # varied tokens (greedy repeats one)
+
+
+def _boundary_stop(tokens: list[str]) -> str:
+    """The last character of one token and the first of the next, where the pair first occurs:
+    a stop string no single token holds."""
+    text = "".join(tokens)
+    for i in range(1, len(tokens) - 1):
+        start = len("".join(tokens[: i + 1])) - 1
+        stop = text[start : start + 2]
+        if tokens[i] and tokens[i + 1] and text.find(stop) == start and stop.strip() == stop:
+            return stop
+    raise AssertionError(f"no boundary stop in {tokens}")
+
+
+def test_stop_cuts_the_answer_across_a_token_boundary_streaming_or_not(client, served):
+    choice = _greedy_tokens(client, **SAMPLED)
+    special = set(served.loaded.adapter.tokenizer.all_special_tokens)  # sampled, but not in the text
+    tokens = [entry.token for entry in choice.logprobs.content if entry.token not in special]
+    stop = _boundary_stop(tokens)
+    text = "".join(tokens).lstrip()
+    cut = text[: text.find(stop)].strip()
+    assert cut and cut != choice.message.content
+    stopped = client.chat.completions.create(model="colour", messages=_messages(), stop=[stop], **SAMPLED)
+    assert stopped.choices[0].message.content == cut
+    assert stopped.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model="colour", messages=_messages(), stop=stop, stream=True, **SAMPLED
+    )
+    chunks = [chunk.choices[0] for chunk in stream if chunk.choices]
+    streamed = "".join(c.delta.content or "" for c in chunks)
+    assert streamed.strip() == cut and chunks[-1].finish_reason == "stop"
+
+
+def test_logprobs_in_openais_format_streaming_or_not(client):
+    choice = _greedy_tokens(client)
+    entries = choice.logprobs.content
+    assert len(entries) == 8 and "".join(e.token for e in entries).strip() == choice.message.content
+    for entry in entries:
+        assert entry.logprob <= 0 and bytes(entry.bytes).decode("utf-8") == entry.token
+        assert len(entry.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob, abs=1e-6)
+    stream = client.chat.completions.create(
+        model="colour", messages=_messages(), max_tokens=8, logprobs=True, top_logprobs=3, stream=True
+    )
+    streamed = [
+        e
+        for chunk in stream
+        if chunk.choices and chunk.choices[0].logprobs
+        for e in chunk.choices[0].logprobs.content
+    ]
+    assert [(e.token, round(e.logprob, 5)) for e in streamed] == [
+        (e.token, round(e.logprob, 5)) for e in entries
+    ]
+
+
+def test_n_choices_and_the_same_seed_gives_the_same_answer(client):
+    def sample(seed, n=1):
+        completion = client.chat.completions.create(
+            model="colour", messages=_messages(), max_tokens=8, temperature=1.0, seed=seed, n=n
+        )
+        return [choice.message.content for choice in completion.choices]
+
+    first, again, other = sample(11), sample(11), sample(12)
+    assert first == again and first != other
+    three = sample(11, n=3)
+    assert len(three) == 3 and three[0] == first[0] and three[1] == other[0]
+    greedy = client.chat.completions.create(model="colour", messages=_messages(), max_tokens=8, n=2)
+    assert greedy.choices[0].message.content == greedy.choices[1].message.content
+    assert greedy.usage.completion_tokens == 16
+
+
+def test_a_multi_turn_conversation_with_images_in_two_user_turns(client):
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        *_messages(seed=2),
+        {"role": "assistant", "content": "A square."},
+        *_messages(seed=3),
+    ]
+    completion = client.chat.completions.create(model="colour", messages=messages, max_tokens=6)
+    assert completion.choices[0].message.content
+    single = client.chat.completions.create(model="colour", messages=_messages(seed=3), max_tokens=6)
+    assert completion.usage.prompt_tokens > single.usage.prompt_tokens
+
+
+def test_text_completions_echo_logprobs_and_stop(client, served):
+    prompt = "The colour of the square is"
+    completion = client.completions.create(model="colour", prompt=prompt, max_tokens=5, logprobs=2, echo=True)
+    choice = completion.choices[0]
+    assert choice.text.startswith(prompt) and completion.object == "text_completion"
+    logprobs = choice.logprobs
+    prompt_tokens = completion.usage.prompt_tokens
+    assert len(logprobs.tokens) == prompt_tokens + completion.usage.completion_tokens
+    assert logprobs.token_logprobs[0] is None and all(lp <= 0 for lp in logprobs.token_logprobs[1:])
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs[1:])
+    # max_tokens 0 with echo scores the prompt alone: the same log-probabilities
+    scored = client.completions.create(model="colour", prompt=prompt, max_tokens=0, logprobs=0, echo=True)
+    assert scored.choices[0].text == prompt
+    assert scored.choices[0].logprobs.token_logprobs[1:] == pytest.approx(
+        logprobs.token_logprobs[1:prompt_tokens], abs=1e-5
+    )
+    answer = client.completions.create(model="colour", prompt=prompt, max_tokens=5).choices[0].text
+    assert answer == choice.text[len(prompt) :]
+    stopped = client.completions.create(model="colour", prompt=prompt, max_tokens=5, stop=[answer[1:3]])
+    assert stopped.choices[0].text == answer[: answer.find(answer[1:3])]
+    with pytest.raises(openai.BadRequestError, match="suffix"):
+        client.completions.create(model="colour", prompt=prompt, suffix="!")

@@ -41,6 +41,12 @@ from dpmtv.errors import ParameterError
     "prefill-only: the prompt only; auto: the checkpoint's recommendation (dpmtv_defaults.json), "
     "else every-call.",
 )
+@click.option(
+    "--choices",
+    help="Comma-separated closed answer set (yes,no): print each choice's probability under the "
+    "vector, normalised over the choices, each choice scored exactly as it would be generated. "
+    "Post-processing of the released vector: no privacy cost.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @trusted_key_option
 def command(
@@ -52,6 +58,7 @@ def command(
     max_new_tokens,
     batch_size,
     patch_mode,
+    choices,
     as_json,
     trusted_keys,
     dtype,
@@ -71,6 +78,11 @@ def command(
         err_console.print(f"task vector: {guarantee_text(vector.metadata.privacy)}{signed}", highlight=False)
     loaded = load_model(model_path, dtype=dtype, device=device)
     mode = None if patch_mode == "auto" else patch_mode
+    if choices is not None:
+        _print_scores(
+            loaded, examples, ids, choices, vector=vector, batch_size=batch_size, mode=mode, as_json=as_json
+        )
+        return
     answers = answer_queries(
         loaded, examples, vector=vector, max_new_tokens=max_new_tokens, batch_size=batch_size, mode=mode
     )
@@ -79,6 +91,20 @@ def command(
             click.echo(json.dumps({"id": query_id, "answer": text}))
         else:
             console.print(f"{query_id}\t{text}" if queries else text, highlight=False)
+
+
+def _print_scores(loaded, examples, ids, choices, *, vector, batch_size, mode, as_json):
+    from dpmtv.inference import choice_probabilities
+
+    names = [choice.strip() for choice in choices.split(",")]
+    scores = choice_probabilities(loaded, examples, names, vector=vector, batch_size=batch_size, mode=mode)
+    for query_id, probabilities in zip(ids, scores, strict=True):
+        best = max(probabilities, key=probabilities.__getitem__)
+        if as_json:
+            click.echo(json.dumps({"id": query_id, "answer": best, "probabilities": probabilities}))
+        else:
+            shown = "  ".join(f"{name}={p:.4f}" for name, p in probabilities.items())
+            console.print(f"{query_id}\t{best}\t{shown}", highlight=False)
 
 
 def _query_examples(images, question, queries):

@@ -45,6 +45,7 @@ from dpmtv.artifact.vector import ArtifactMetadata, PrivacyMetadata, TaskVector
 from dpmtv.data.prompts import Prompt
 from dpmtv.errors import DangerousModeError, ParameterError
 from dpmtv.eval.benchmarks import Benchmark
+from dpmtv.eval.choice_scores import scores_details
 from dpmtv.eval.generation import (
     ExampleCache,
     clean_prediction,
@@ -237,7 +238,7 @@ class MethodOutput:
 def run_zero_shot(ctx: MethodContext) -> MethodOutput:
     s = ctx.settings
     answers = answer_encoded(ctx.loaded, ctx.query_batches(), max_new_tokens=s.max_new_tokens)
-    return MethodOutput(_clean(answers), {})
+    return MethodOutput(_clean(answers), _scores(ctx, None))
 
 
 def run_icl(ctx: MethodContext, shots: int, seed: int) -> MethodOutput:
@@ -290,7 +291,7 @@ def run_mtv(ctx: MethodContext, seed: int) -> MethodOutput:
     vector, num_chunks = mtv_task_vector(ctx, seed)
     answers = answer_encoded(ctx.loaded, ctx.query_batches(), vector=vector, max_new_tokens=s.max_new_tokens)
     details = {"num_chunks": num_chunks, "shots_per_chunk": s.shots_per_chunk, "clipped": False}
-    return MethodOutput(_clean(answers), {**details, "noise": "none (non-private)"})
+    return MethodOutput(_clean(answers), {**details, "noise": "none (non-private)", **_scores(ctx, vector)})
 
 
 def mtv_task_vector(ctx: MethodContext, seed: int) -> tuple[TaskVector, int]:
@@ -376,7 +377,7 @@ def run_dp_mtv(ctx: MethodContext, epsilon: float, seed: int) -> MethodOutput:
     answers = answer_encoded(
         ctx.loaded, ctx.query_batches(), vector=result.vector, max_new_tokens=s.max_new_tokens
     )
-    return MethodOutput(_clean(answers), _build_details(result))
+    return MethodOutput(_clean(answers), {**_build_details(result), **_scores(ctx, result.vector)})
 
 
 def _dp_mtv_settings(ctx: MethodContext, seed: int):
@@ -412,6 +413,13 @@ def _build_details(result) -> dict[str, Any]:
         "noise": "seeded (experiment)",
         "warnings": list(result.warnings),
     }
+
+
+def _scores(ctx: MethodContext, vector: TaskVector | None) -> dict[str, Any]:
+    """Closed answer sets: the vector's probabilities of each answer (post-processing)."""
+    return scores_details(
+        ctx.loaded, ctx.benchmark, ctx.queries(), vector, batch_size=ctx.settings.batch_size
+    )
 
 
 def _clean(answers: list[str]) -> list[str]:

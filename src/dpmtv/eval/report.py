@@ -141,9 +141,37 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
     ]
     for metric in b["metrics"]:
         lines += _metric_table(results, summary, metric, chance=_chance(results, metric))
+    lines += choice_scores_table(results.runs, results.primary_metric)
     lines += _notes(results)
     lines += _queries_table(results)
     return "\n".join(lines) + "\n"
+
+
+def choice_scores_table(runs: list[RunResult], primary: str) -> list[str]:
+    """Per run, accuracy from the answers' probabilities (and AUROC, ECE on two-way tasks)
+    beside the generated answers' accuracy; empty without a closed answer set."""
+    scored = [run for run in runs if "choice_scores" in run.details]
+    if not scored:
+        return []
+    lines = [
+        "## Scores over the closed answer set",
+        "",
+        "Each answer's probability under the method's vector, normalised over the answers "
+        "(post-processing of the vector: no privacy cost). ECE: 10 equal-width bins.",
+        "",
+        f"| method | ε | seed | {primary} (generated) | accuracy (scores) | AUROC | ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in scored:
+        s = run.details["choice_scores"]
+        cells = [s["score_accuracy"], s.get("auroc", math.nan), s.get("ece", math.nan)]
+        shown = " | ".join("n/a" if math.isnan(v) else f"{v:.3f}" for v in cells)
+        generated = run.metrics.get(primary, math.nan)
+        lines.append(
+            f"| {run.display} | {_epsilon_label(run)} | {run.seed if run.seed is not None else '-'} | "
+            f"{generated:.3f} | {shown} |"
+        )
+    return [*lines, ""]
 
 
 def _cell(row: dict | None) -> str:

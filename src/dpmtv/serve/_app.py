@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -19,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dpmtv._version import __version__
 from dpmtv.serve._admission import PixelBudget, retry_after
 from dpmtv.serve._batcher import DynamicBatcher, Job, QueueFullError
+from dpmtv.serve._choices import score_choices
+from dpmtv.serve._completions import completion_body
 from dpmtv.serve._errors import ApiError, error_response
 from dpmtv.serve._generation import RowResult
 from dpmtv.serve._guarantee import QUERIES_ARE_FREE, model_cards
@@ -26,6 +26,7 @@ from dpmtv.serve._guard import Guard
 from dpmtv.serve._metrics import CONTENT_TYPE, Metrics
 from dpmtv.serve._prepare import RequestPreparer
 from dpmtv.serve._requests import ChatRequest
+from dpmtv.serve._responses import ChatCompletion, stream_chat
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
 
@@ -37,6 +38,8 @@ _PATHS = {
     "/metrics",
     "/v1/models",
     "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/choices",
     *(f"/static/{f}" for f in _STATIC),
 }
 _PUBLIC_PATHS = {"/", "/healthz", "/health", *(f"/static/{f}" for f in _STATIC)}
@@ -150,13 +153,15 @@ class _Chat:
         self.settings, self.batcher, self.metrics = settings, batcher, metrics
         self.pixels, self.preparer = pixels, preparer
 
-    async def admit(self, request: Request, received: float) -> tuple[ChatRequest, Job, Callable[[], None]]:
+    async def admit(
+        self, request: Request, received: float
+    ) -> tuple[ChatRequest, list[Job], Callable[[], None]]:
         """Read the body; parse, check, hold the pixels and decode it in the prepare pool;
-        queue the row (or refuse)."""
+        queue its rows (or refuse)."""
         prepared = await self.preparer(await _read_body(request, self.settings))
         chat, held = prepared.chat, prepared.pixels_held
         try:
-            job = self.batcher.submit(prepared.row, model=chat.model, received_at=received)
+            jobs = self.batcher.submit(prepared.rows, model=chat.model, received_at=received)
         except QueueFullError as exc:
             self.pixels.release(held)
             headers = {"Retry-After": retry_after(self.batcher.retry_after_s)}
@@ -166,7 +171,7 @@ class _Chat:
         except BaseException:
             self.pixels.release(held)
             raise
-        return chat, job, partial(self.pixels.release, held)
+        return chat, jobs, partial(self.pixels.release, held)
 
 
 def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
@@ -175,28 +180,55 @@ def _install_chat(app: FastAPI, chat_route: _Chat) -> None:
 
     async def chat_completions(request: Request) -> Response:
         received = time.perf_counter()
-        chat, job, release = await chat_route.admit(request, received)
-        completion = _Completion(chat.model)
-        if chat.stream:
-            stream = _stream(job, completion, metrics, received, include_usage=chat.include_usage)
+        chat, jobs, release = await chat_route.admit(request, received)
+        completion = ChatCompletion(chat.model, logprobs=chat.logprobs)
+        if chat.stream:  # one choice (n > 1 is refused with stream)
+            stream = stream_chat(jobs[0], completion, metrics, received, include_usage=chat.include_usage)
             return StreamingResponse(
-                _releasing(stream, job, release),
+                _releasing(stream, jobs[0], release),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
         try:
-            result = await _result(job, request)
+            results = await _results(jobs, request)
         except _Disconnected:
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
         finally:
             release()
         metrics.observe_latency(chat.model, time.perf_counter() - received)
-        return JSONResponse(completion.whole(result))
+        return JSONResponse(completion.whole(results))
 
-    # A plain Starlette route: the endpoint reads its own body, so FastAPI's dependency solving
+    async def completions(request: Request) -> Response:
+        received = time.perf_counter()
+        body = await _read_body(request, chat_route.settings)
+        completion, rows = await chat_route.preparer.completion(body)
+        try:
+            jobs = chat_route.batcher.submit(rows, model=completion.model, received_at=received)
+        except QueueFullError as exc:
+            headers = {"Retry-After": retry_after(chat_route.batcher.retry_after_s)}
+            raise ApiError(
+                429, str(exc), code="queue_full", kind="rate_limit_error", headers=headers
+            ) from None
+        try:
+            results = await _results(jobs, request)
+        except _Disconnected:
+            return Response(status_code=499)
+        metrics.observe_latency(completion.model, time.perf_counter() - received)
+        return JSONResponse(completion_body(completion, rows, results))
+
+    # Plain Starlette routes: the endpoint reads its own body, so FastAPI's dependency solving
     # and exit stacks per request would be pure event-loop time (the route's errors still go
     # through the app's exception handlers).
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", completions, methods=["POST"])
+
+    async def choices(request: Request) -> Response:
+        body = await _read_body(request, chat_route.settings)
+        parsed, prompt = await chat_route.preparer.choices(body)
+        served = request.app.state.served
+        return JSONResponse(await chat_route.batcher.between_batches(score_choices, served, parsed, prompt))
+
+    app.add_route("/v1/choices", choices, methods=["POST"])
 
 
 async def _read_body(request: Request, settings: ServeSettings) -> bytes:
@@ -224,9 +256,9 @@ async def _read_body(request: Request, settings: ServeSettings) -> bytes:
     return b"".join(chunks)
 
 
-async def _result(job: Job, request: Request) -> RowResult:
-    """The finished row, or :class:`_Disconnected` (the job cancelled) if the client goes first."""
-    answer = asyncio.ensure_future(_final(job))
+async def _results(jobs: list[Job], request: Request) -> list[RowResult]:
+    """The finished rows, or :class:`_Disconnected` (the jobs cancelled) if the client goes first."""
+    answer = asyncio.ensure_future(asyncio.gather(*(_final(job) for job in jobs)))
     gone = asyncio.ensure_future(_disconnect(request))
     try:
         await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -234,7 +266,8 @@ async def _result(job: Job, request: Request) -> RowResult:
         gone.cancel()
         if not answer.done():
             answer.cancel()
-            job.cancel()
+            for job in jobs:
+                job.cancel()
     if not answer.done() or answer.cancelled():
         raise _Disconnected
     return answer.result()
@@ -262,94 +295,6 @@ async def _releasing(stream: AsyncIterator[str], job: Job, release: Callable[[],
     finally:
         job.cancel()  # a no-op once the row has finished
         release()
-
-
-class _Completion:
-    """OpenAI response bodies for one completion id."""
-
-    def __init__(self, model: str) -> None:
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
-
-    def whole(self, result: RowResult) -> dict:
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": result.text},
-                    "finish_reason": result.finish_reason,
-                    "logprobs": None,
-                }
-            ],
-            "usage": _usage(result),
-        }
-
-    def chunk(self, delta: dict, finish_reason: str | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return self._event([choice], None)
-
-    def usage_chunk(self, usage: dict) -> str:
-        return self._event([], usage)
-
-    def _event(self, choices: list, usage: dict | None) -> str:
-        body = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": choices,
-            "usage": usage,
-        }
-        return f"data: {json.dumps(body)}\n\n"
-
-
-async def _stream(
-    job: Job, completion: _Completion, metrics: Metrics, started: float, *, include_usage: bool
-) -> AsyncIterator[str]:
-    """Server-sent events: a role chunk, text deltas as tokens decode, the finish chunk, with
-    ``stream_options.include_usage`` a usage chunk (no choices, as OpenAI sends it), [DONE]."""
-    yield completion.chunk({"role": "assistant", "content": ""})
-    sent = ""
-    while True:
-        kind, payload = await job.events.get()
-        if kind == "text":
-            sent += payload
-            yield completion.chunk({"content": payload})
-        elif kind == "done":
-            rest = payload.text[len(sent) :] if payload.text.startswith(sent) else ""
-            if rest:
-                yield completion.chunk({"content": rest})
-            metrics.observe_latency(job.model, time.perf_counter() - started)
-            yield completion.chunk({}, payload.finish_reason)
-            if include_usage:
-                yield completion.usage_chunk(_usage(payload))
-            break
-        else:
-            metrics.observe_error("server_error")
-            error = {
-                "message": f"generation failed ({type(payload).__name__}); the server log has the details",
-                "type": "server_error",
-                "param": None,
-                "code": "internal_error",
-            }
-            yield f"data: {json.dumps({'error': error})}\n\n"
-            break
-    yield "data: [DONE]\n\n"
-
-
-def _usage(result: RowResult) -> dict:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-    }
 
 
 def _static_text(name: str) -> str:

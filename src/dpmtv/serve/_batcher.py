@@ -34,18 +34,14 @@ class QueueFullError(Exception):
 
 @dataclass
 class Job:
-    """One request in flight. ``events`` receives ("text", str) deltas, then ("done", RowResult) or
-    ("error", exception)."""
+    """One row in flight (a request asking for ``n`` choices has ``n``). ``events`` receives
+    ("text", (str, log-probability entries)) deltas, then ("done", RowResult) or ("error", exception)."""
 
     row: RowRequest
     model: str  # the name the client asked for (a metrics label)
     received_at: float  # perf_counter at the request's receipt
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     first_token_at: float | None = None
-
-    @property
-    def image_count(self) -> int:
-        return len(self.row.example.images)
 
     def cancel(self) -> None:
         self.row.cancelled.set()
@@ -84,17 +80,23 @@ class DynamicBatcher:
         batches_ahead = 1 + len(self._pending) // self.settings.max_batch_size
         return batches_ahead * self.batch_seconds
 
-    def submit(self, row: RowRequest, *, model: str, received_at: float) -> Job:
-        if len(self._pending) >= self.settings.max_queue:
+    def submit(self, rows: Sequence[RowRequest], *, model: str, received_at: float) -> list[Job]:
+        """Queue one request's rows together, or none of them."""
+        if len(self._pending) + len(rows) > self.settings.max_queue:
             raise QueueFullError(
                 f"the server is busy: {len(self._pending)} requests are waiting (limit --max-queue "
                 f"{self.settings.max_queue}); retry shortly"
             )
-        job = Job(row, model, received_at)
-        self._pending.append(job)
+        jobs = [Job(row, model, received_at) for row in rows]
+        self._pending.extend(jobs)
         self._ensure_running()
         self._wakeup.set()
-        return job
+        return jobs
+
+    async def between_batches(self, function, *args):
+        """``function(*args)`` on the generation thread, after the running batch (the model's
+        hooks belong to one batch at a time)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
 
     def close(self) -> None:
         if self._task is not None:
@@ -144,18 +146,19 @@ class DynamicBatcher:
                 return
 
     def _take_batch(self) -> list[Job]:
-        """Up to max_batch_size waiting jobs with the oldest job's image count, oldest first;
+        """Up to max_batch_size waiting jobs with the oldest job's layout (image count, and chat or
+        text prompt), oldest first;
         jobs whose clients have gone are dropped."""
         for job in [job for job in self._pending if job.cancelled]:
             self._pending.remove(job)
             self.metrics.observe_cancelled(job.model, started=False)
         if not self._pending:
             return []
-        images = self._pending[0].image_count
+        layout = self._pending[0].row.layout
         batch, rest = [], deque()
         while self._pending:
             job = self._pending.popleft()
-            fits = job.image_count == images and len(batch) < self.settings.max_batch_size
+            fits = job.row.layout == layout and len(batch) < self.settings.max_batch_size
             (batch if fits else rest).append(job)
         self._pending.extendleft(reversed(rest))
         return batch
@@ -166,8 +169,8 @@ class DynamicBatcher:
             job.first_token_at = time.perf_counter()
             self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
 
-        def on_text(row: int, text: str) -> None:  # streaming rows only
-            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", text))
+        def on_text(row: int, text: str, logprobs: list) -> None:  # streaming rows only
+            loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", (text, logprobs)))
 
         self.metrics.observe_batch(len(batch))
         rows = [job.row for job in batch]

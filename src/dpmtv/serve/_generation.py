@@ -1,4 +1,4 @@
-"""Greedy generation for one batch of requests, each row patched with its own vector.
+"""Generation for one batch of requests, each row patched with its own vector.
 
 Rows for different vectors share one left-padded batch: per layer, every row gets its vector's
 values where its mask is 1 and keeps its own activation elsewhere
@@ -6,48 +6,62 @@ values where its mask is 1 and keeps its own activation elsewhere
 all-zero mask. A batch without any vector runs with no hooks at all.
 
 The batch is encoded in one processor call (one call for 32 rows costs a quarter of 32 calls of
-one row each on the embedded model). Rows stop on their own ``max_new_tokens``, an end token, or
-when their client has gone (the row's ``cancelled`` event; a stopping criterion per row), and
-``on_text`` receives a streaming row's new text as soon as its token is decoded (rows that do
-not stream decode once, at the end).
-Generation ends when every row has stopped.
+one row each on the embedded model). Greedy and sampled rows share the batch: each row picks its
+token its own way (:mod:`dpmtv.serve._decoding`) and stops on its own
+(:mod:`dpmtv.serve._tracker`: its ``max_new_tokens``, an end token, a stop string, or its client
+gone). Generation ends when every row has stopped.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessorList, StoppingCriteriaList
 
-from dpmtv.data.prompts import Example, zero_shot
+from dpmtv.data.prompts import Prompt
 from dpmtv.forward.hooks import blend_heads_per_row
 from dpmtv.inference import greedy_new_tokens
+from dpmtv.serve._decoding import GREEDY, Decoding, RowDecoding
 from dpmtv.serve._served import ServedModel, ServedVector
+from dpmtv.serve._tracker import OnFirstToken, OnText, RowTracker, TokenLogprob
 
 
 @dataclass(frozen=True)
 class RowRequest:
-    example: Example
+    # a conversation (demonstrations: its earlier turns) ending with the query's turn, through the
+    # chat template; or a text prompt (/v1/completions), tokenized as it is
+    prompt: Prompt | str
     vector: ServedVector | None  # None: zero-shot
     max_new_tokens: int
     cancelled: threading.Event  # set when the client disconnects: the row stops at its next token
     stream: bool = False  # on_text receives this row's text as it decodes
+    decoding: Decoding = GREEDY
+    stop: tuple[str, ...] = ()
+    echo_logprobs: bool = False  # also the prompt tokens' log-probabilities
+
+    @property
+    def image_count(self) -> int:
+        return 0 if isinstance(self.prompt, str) else len(self.prompt.all_images())
+
+    @property
+    def layout(self) -> tuple[int, bool]:
+        """Rows of one batch share it: one processor call needs a uniform image layout, and text
+        prompts skip the chat template."""
+        return self.image_count, isinstance(self.prompt, str)
 
 
 @dataclass(frozen=True)
 class RowResult:
     text: str
-    finish_reason: str  # "stop" (end token), "length" (max_new_tokens) or "cancelled" (client gone)
+    finish_reason: str  # "stop" (end token or stop string), "length" or "cancelled" (client gone)
     prompt_tokens: int
     completion_tokens: int
-
-
-OnText = Callable[[int, str], None]  # (row, new text)
-OnFirstToken = Callable[[int], None]  # (row)
+    logprobs: tuple[TokenLogprob, ...] = ()  # the answer's tokens, when the row asked for them
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # with echo_logprobs
 
 
 def generate_rows(
@@ -57,35 +71,79 @@ def generate_rows(
     on_first_token: OnFirstToken | None = None,
 ) -> list[RowResult]:
     adapter = served.loaded.adapter
-    inputs = adapter.encode([zero_shot(row.example) for row in rows])
+    inputs = _encode(adapter, rows)
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
-    tracker = _RowTracker(
+    decoding = RowDecoding([row.decoding for row in rows], prompt_length=inputs["input_ids"].shape[1])
+    tracker = RowTracker(
         adapter.tokenizer,
-        [r.max_new_tokens for r in rows],
-        [r.cancelled for r in rows],
+        [
+            (r.max_new_tokens, r.cancelled, r.stop, r.decoding, r.stream, isinstance(r.prompt, str))
+            for r in rows
+        ],
         adapter.eos_token_ids,
-        [r.stream for r in rows],
+        decoding,
         on_text,
         on_first_token,
     )
-    with _row_patches(served, rows):
+    with row_patches(served, [row.vector for row in rows]):
+        echoed = _prompt_logprobs(served, rows, inputs, tracker)
         greedy_new_tokens(
             served.loaded.model,
             inputs,
             pad_token_id=adapter.tokenizer.pad_token_id,
-            max_new_tokens=max(row.max_new_tokens for row in rows),
+            max_new_tokens=max(1, *(row.max_new_tokens for row in rows)),
             stopping_criteria=StoppingCriteriaList([tracker]),
+            logits_processor=LogitsProcessorList([decoding]),
         )
+    generated = tracker.rows
     return [
         RowResult(
-            tracker.text(row), tracker.finish_reasons[row], int(prompt_tokens[row]), len(tracker.tokens[row])
+            tracker.text(i),
+            row.finish_reason,
+            int(prompt_tokens[i]),
+            len(row.tokens),
+            tuple(row.logprobs) if rows[i].decoding.logprobs else (),
+            echoed[i],
         )
-        for row in range(len(rows))
+        for i, row in enumerate(generated)
     ]
 
 
-def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):
-    vectors = [row.vector for row in rows]
+def _encode(adapter, rows: Sequence[RowRequest]) -> dict[str, torch.Tensor]:
+    prompts = [row.prompt for row in rows]
+    if not isinstance(prompts[0], str):
+        return adapter.encode(prompts)
+    tokenizer = adapter.tokenizer
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    device = adapter.input_device
+    return {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
+
+
+def _prompt_logprobs(served, rows, inputs, tracker: RowTracker) -> list[tuple[TokenLogprob, ...]]:
+    """Each echoing row's prompt tokens scored by one forward pass over the batch (position ``p``
+    predicts token ``p + 1``); the first token has no log-probability."""
+    if not any(row.echo_logprobs for row in rows):
+        return [() for _ in rows]
+    with torch.no_grad():
+        logits = served.loaded.model(**inputs).logits.float()
+    scored: list[tuple[TokenLogprob, ...]] = []
+    for index, row in enumerate(rows):
+        if not row.echo_logprobs:
+            scored.append(())
+            continue
+        real = inputs["attention_mask"][index].nonzero().flatten().tolist()
+        ids = inputs["input_ids"][index].tolist()
+        logprobs = torch.log_softmax(logits[index], dim=-1)
+        top = row.decoding.top_logprobs
+        first = TokenLogprob(served.loaded.adapter.tokenizer.decode([ids[real[0]]]), None, ())
+        scored.append((first, *(tracker.entry(logprobs[p - 1], ids[p], top) for p in real[1:])))
+    return scored
+
+
+def row_patches(served: ServedModel, vectors: Sequence[ServedVector | None]):
+    """Row ``b`` of the batches run inside gets ``vectors[b]`` (None: no patch), in the model's
+    patch mode; the vectors were checked against the model when the server started."""
     if all(vector is None for vector in vectors):
         return nullcontext()
     adapter = served.loaded.adapter
@@ -100,64 +158,3 @@ def _row_patches(served: ServedModel, rows: Sequence[RowRequest]):
     no_heads = torch.zeros(geometry.num_layers, geometry.num_heads, device=device)
     masks = torch.stack([v.mask if v is not None else no_heads for v in vectors])  # (B, L, H)
     return blend_heads_per_row(adapter, values, masks, mode=served.patch_mode)
-
-
-class _RowTracker(StoppingCriteria):
-    """Collects each row's new tokens, streams their text, and stops rows independently."""
-
-    def __init__(
-        self,
-        tokenizer,
-        limits: list[int],
-        cancelled: list[threading.Event],
-        eos_ids: list[int],
-        streaming: list[bool],
-        on_text: OnText | None,
-        on_first_token: OnFirstToken | None,
-    ):
-        self.tokenizer = tokenizer
-        self.limits = limits
-        self.streaming = streaming
-        self.cancelled = cancelled
-        self.eos_ids = set(eos_ids)
-        self.on_text = on_text
-        self.on_first_token = on_first_token
-        self.tokens: list[list[int]] = [[] for _ in limits]
-        self.finish_reasons: list[str] = ["length" for _ in limits]
-        self.done = [False for _ in limits]
-        self.sent: list[str] = ["" for _ in limits]
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        newest = input_ids[:, -1].tolist()
-        for row, token in enumerate(newest):
-            if self.done[row]:
-                continue
-            if self.cancelled[row].is_set():
-                self.done[row], self.finish_reasons[row] = True, "cancelled"
-                continue
-            if token in self.eos_ids:
-                self.done[row], self.finish_reasons[row] = True, "stop"
-                continue
-            self.tokens[row].append(token)
-            if len(self.tokens[row]) == 1 and self.on_first_token is not None:
-                self.on_first_token(row)
-            self._stream(row)
-            if len(self.tokens[row]) >= self.limits[row]:
-                self.done[row] = True
-        return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
-
-    def text(self, row: int) -> str:
-        return self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).strip()
-
-    def _stream(self, row: int) -> None:
-        if self.on_text is None or not self.streaming[row]:
-            return
-        text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True).lstrip()
-        # Byte-level tokenizers can produce a partial character; wait until the text extends.
-        if (
-            text.startswith(self.sent[row])
-            and len(text) > len(self.sent[row])
-            and not text.endswith("\ufffd")
-        ):
-            self.on_text(row, text[len(self.sent[row]) :])
-            self.sent[row] = text

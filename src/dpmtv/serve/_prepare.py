@@ -20,8 +20,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dpmtv.serve._admission import PixelBudget
+from dpmtv.serve._choices import prepared_choices
+from dpmtv.serve._completions import CompletionRequest, completion_rows
 from dpmtv.serve._generation import RowRequest
-from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_request
+from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_requests
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
 
@@ -29,7 +31,7 @@ from dpmtv.serve._settings import ServeSettings
 @dataclass(frozen=True)
 class Prepared:
     chat: ChatRequest
-    row: RowRequest  # its images decoded and reduced
+    rows: tuple[RowRequest, ...]  # one per choice, their images decoded and reduced
     pixels_held: int  # what the request holds in the pixel budget until it finishes
 
 
@@ -64,16 +66,24 @@ class RequestPreparer:
         planned = plan_row(chat, self.served, self.settings)
         held = self.pixels.admit(planned.pixels, retry_after_s=self.retry_after_s())
         try:
-            row = row_request(
+            rows = row_requests(
                 planned, min_side=self.served.image_min_side, cancelled=threading.Event(), stream=chat.stream
             )
-            kept = sum(image.width * image.height for image in row.example.images)
+            kept = sum(image.width * image.height for image in rows[0].prompt.all_images())
             self.pixels.release(held - kept)
             held = kept
         except BaseException:
             self.pixels.release(held)
             raise
-        return Prepared(chat, row, held)
+        return Prepared(chat, rows, held)
+
+    async def completion(self, body: bytes) -> tuple[CompletionRequest, tuple[RowRequest, ...]]:
+        """A text completion's request and rows, checked in the pool (no images to admit)."""
+        return await asyncio.wrap_future(self.pool.submit(completion_rows, body, self.served, self.settings))
+
+    async def choices(self, body: bytes):
+        """A closed-answer request and its decoded conversation (:mod:`dpmtv.serve._choices`)."""
+        return await asyncio.wrap_future(self.pool.submit(prepared_choices, body, self.served, self.settings))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
