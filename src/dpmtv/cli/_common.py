@@ -167,7 +167,7 @@ def model_options(function):
                 raise click.UsageError("give --model-spec only (--adapter is its old name)")
             options["adapter_spec"] = alias
         if kwargs.get("device") == "auto" and not kwargs.get("quiet"):
-            _announce_auto_device()
+            announce_auto_device()
         with load_options(**options):
             return command(*args, **kwargs)
 
@@ -214,7 +214,7 @@ def _deprecated_alias(ctx: click.Context, value: Any, old: str, new: str, name: 
     ctx.meta.setdefault(_ALIAS_KEY, {})[name] = value
 
 
-def _announce_auto_device() -> None:
+def announce_auto_device() -> None:
     """``--device auto``: one stderr line naming the device it chose (torch is needed to tell)."""
     from dpmtv.models.loading import resolve_device
 
