@@ -16,7 +16,7 @@ from dpmtv.cli._config_file import option_name
 
 # (group, option names) in the order `dpmtv build --help` shows them
 HELP_GROUPS = (
-    ("Model", ("model", "dtype", "device", "adapter", "trust-remote-code", "revision",
+    ("Model", ("model", "dtype", "device", "model-spec", "trust-remote-code", "revision",
                "attn-implementation", "adapter-weights")),
     ("Data", ("data", "query", "query-question", "center", "public-data", "max-prompt-tokens", "batch-size")),
     ("Privacy", ("epsilon", "delta", "l2-clip-norm", "clip-quantile", "clip-epsilon-fraction",
