@@ -80,7 +80,7 @@ def test_a_config_value_of_the_wrong_type_is_one_error_line(tmp_path, text, word
     assert words in _refusal(tmp_path, text + "\n")
 
 
-def test_an_integral_float_is_a_whole_number(tiny_llava_path, records_file, tmp_path):
+def test_an_integral_float_is_a_whole_number(tmp_path):
     config = tmp_path / "build.toml"
     config.write_text("shots-per-chunk = 4.0\nepsilon = 1\n")
     printed = CliRunner().invoke(main, ["build", "--config", str(config), "--print-config"])
