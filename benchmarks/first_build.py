@@ -59,7 +59,8 @@ def main() -> None:
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - started
     result = {"build_s": seconds, "build_cpu_s": _children_cpu_s() - cpu_before, "records": options.records,
-              "image_px": 384, "shots_per_chunk": 8}  # fmt: skip
+              "image_px": 384, "shots_per_chunk": 8,
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}  # fmt: skip
     document = {
         "command": " ".join(["python", "benchmarks/first_build.py", *sys.argv[1:]]),
         "cpus": os.cpu_count(),
