@@ -19,6 +19,9 @@ def tiny_llava_path(tmp_path_factory) -> Path:
 
 # Tests run on the CPU; a GPU check sets DPMTV_TEST_DEVICE=cuda to run the same tests there.
 TEST_DEVICE = os.environ.get("DPMTV_TEST_DEVICE", "cpu")
+# the commands' --device defaults to auto (the GPU when there is one); the suite's commands run on
+# TEST_DEVICE like its library calls, and tests of auto clear the variable
+os.environ.setdefault("DPMTV_DEVICE", TEST_DEVICE)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
-from importlib.metadata import PackageNotFoundError, version
+"""The version of dpmtv, in one place: the package metadata (pyproject's dynamic version) reads
+it from this file, and ``dpmtv --version``, the artifacts' ``library_version`` and the server's
+OpenAPI title read it from here, so a source tree and its install never disagree."""
 
-try:
-    __version__ = version("dpmtv")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
+__version__ = "0.1.0"

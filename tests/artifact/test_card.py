@@ -55,7 +55,9 @@ def test_the_card_is_a_hub_model_card_with_the_guarantee_in_words(tiny_llava_pat
     text = (tmp_path / "task.README.md").read_text(encoding="utf-8")
     _, front, body = text.split("---\n", 2)
     meta = yaml.safe_load(front)
-    assert meta["library_name"] == "dpmtv" and meta["base_model"] == str(tiny_llava_path)
+    # a local checkpoint that records no hub id: no base_model, the folder named in the body
+    assert meta["library_name"] == "dpmtv" and "base_model" not in meta
+    assert f"# dpmtv task vector for the local checkpoint `{tiny_llava_path}`" in body
     assert meta["dpmtv"]["epsilon"] == 1 and meta["dpmtv"]["neighbouring_relation"] == "replace-one"
     assert "(1, 1e-05)-differential privacy per record" in body and "replacing one record" in body
     assert "attention_weights_sha256" in body and "(0, 0)" in body and "Not protected" in body
@@ -78,3 +80,31 @@ def test_a_file_where_the_card_goes_is_never_replaced(tmp_path):
     (tmp_path / "task.README.md").write_text("# my notes\n")
     with pytest.raises(ParameterError, match="is not a dpmtv card"):
         check_output_path(tmp_path / "task.safetensors", force=True, protected={})
+
+
+def test_base_model_is_a_hub_id_only_when_the_checkpoint_records_one(tiny_llava_path, tmp_path):
+    import json
+    import shutil
+
+    from dpmtv.artifact.card import _front_matter
+    from dpmtv.models.fingerprint import hub_id
+
+    copy = tmp_path / "saved-from-hub"
+    shutil.copytree(tiny_llava_path, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "_name_or_path": "acme/tiny-vlm"}))
+    assert hub_id(str(copy)) == "acme/tiny-vlm"  # what the local folder's config records
+    assert hub_id("Qwen/Qwen2-VL-2B-Instruct") == "Qwen/Qwen2-VL-2B-Instruct"  # loaded by hub id
+    assert hub_id(str(tiny_llava_path)) is None  # records none
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert hub_id(str(tmp_path / "org" / "name")) is None  # a local folder, however it is spelled
+
+    class Metadata:
+        format_version = 3
+        privacy = type("P", (), {"private": False, "neighbouring_relation": "replace-one",
+                                 "privacy_unit": "record", "noise_sampler": "opendp"})()  # fmt: skip
+        model = {"model_type": "llava", "name_or_path": str(copy), "hub_id": "acme/tiny-vlm"}
+
+    assert 'base_model: "acme/tiny-vlm"' in _front_matter(Metadata)
+    Metadata.model = {**Metadata.model, "hub_id": None}
+    assert "base_model" not in _front_matter(Metadata)

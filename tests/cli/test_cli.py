@@ -139,7 +139,7 @@ def test_unsupported_family_lists_the_supported_ones(runner, tmp_path, records_f
     assert result.exit_code == 1
     assert "no dpmtv adapter for model_type 'bert'" in result.output and "LLaVA (llava)" in result.output
     words = " ".join(result.output.split())  # rich wraps long lines
-    assert "--adapter spec.json" in words and "tests/models/contract.py" in words
+    assert "--model-spec spec.json" in words and "tests/models/contract.py" in words
 
 
 def test_missing_data_file_is_named(runner, tiny_llava_path, tmp_path):

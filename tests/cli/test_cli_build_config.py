@@ -50,7 +50,7 @@ def test_a_config_key_that_is_not_an_option_is_a_usage_error(tmp_path):
     config = tmp_path / "build.toml"
     config.write_text("epsilon = 1.0\nepsilom = 2.0\n")
     result = CliRunner().invoke(main, ["build", "--config", str(config)])
-    assert result.exit_code == 2 and "'epsilom' is not a build option" in result.output
+    assert result.exit_code == 2 and "'epsilom' is not an option of dpmtv build" in result.output
 
 
 def test_build_help_is_grouped_with_two_examples():

@@ -46,6 +46,21 @@ def test_usage_errors_exit_2(args, message):
     result = _dpmtv(*args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+    # one prefix for every error, click's own included
+    assert f"error: {message}" in result.stderr or "\nerror: " in result.stderr
+    assert "Error:" not in result.stderr
+
+
+def test_device_defaults_to_auto_and_names_the_device_it_chose():
+    import torch
+
+    chosen = "cuda" if torch.cuda.is_available() else "cpu"
+    result = _dpmtv("answer", "--question", "q")  # no DPMTV_DEVICE: the default
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[0].startswith(f"device: {chosen} (--device auto: ")
+    assert "[default: auto]" in " ".join(_dpmtv("answer", "--help").stdout.split())
+    explicit = _dpmtv("answer", "--question", "q", "--device", "cpu")
+    assert "device:" not in explicit.stderr  # a device the user named is not announced
 
 
 def test_a_refusal_exits_1_with_one_error_line(tmp_path):

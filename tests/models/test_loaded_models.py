@@ -158,6 +158,7 @@ def test_revision_selects_the_hub_snapshot(tiny_llava_path, int8_checkpoint, tmp
     at_v1 = _identity(load_model("someone/tiny", revision="v1"))
     at_main = _identity(load_model("someone/tiny", revision="main"))
     assert at_v1["name_or_path"] == "someone/tiny" and at_v1["quantization"] is None
+    assert at_v1["hub_id"] == "someone/tiny"  # loaded by hub id: the card's base_model
     assert at_main["quantization"] == "torchao Int8WeightOnlyConfig"
     assert (
         at_v1["attention_weights_sha256"]

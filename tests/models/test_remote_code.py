@@ -46,7 +46,7 @@ class RemoteCodeContract(AdapterContract):
             load_model(path, adapter_spec=spec)
 
     def test_refused_without_a_spec(self, checkpoint):
-        with pytest.raises(ModelError, match="--adapter spec.json"):
+        with pytest.raises(ModelError, match="--model-spec spec.json"):
             load_model(checkpoint[0])
 
 
@@ -68,8 +68,8 @@ class TestVilaStyleSpec(RemoteCodeContract):
     spec = VILA_SPEC
 
 
-def test_cli_adapter_and_trust_remote_code_options(tmp_path):
-    """``--adapter`` + ``--trust-remote-code`` reach the model loading of a command (here
+def test_cli_model_spec_and_trust_remote_code_options(tmp_path):
+    """``--model-spec`` + ``--trust-remote-code`` reach the model loading of a command (here
     ``dpmtv select``); without the flag the command stops with one clear line, exit code 2."""
     from click.testing import CliRunner
 
@@ -83,7 +83,7 @@ def test_cli_adapter_and_trust_remote_code_options(tmp_path):
         "select",
         "--model",
         str(model),
-        "--adapter",
+        "--model-spec",
         str(spec),
         "--public-data",
         str(public),
@@ -102,6 +102,15 @@ def test_cli_adapter_and_trust_remote_code_options(tmp_path):
     result = CliRunner().invoke(main, [*args, "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "heads.json").is_file()
+    # the old name, kept one release: it warns and reaches the loading as --model-spec does
+    old_name = [arg if arg != "--model-spec" else "--adapter" for arg in args]
+    (tmp_path / "heads.json").unlink()
+    deprecated = CliRunner().invoke(main, [*old_name, "--trust-remote-code"])
+    assert deprecated.exit_code == 0, deprecated.output
+    assert "warning: --adapter is deprecated" in deprecated.stderr and "use --model-spec" in deprecated.stderr
+    assert (tmp_path / "heads.json").is_file()
+    both = CliRunner().invoke(main, [*args, "--adapter", str(spec)])
+    assert both.exit_code == 2 and "error: give --model-spec only" in both.stderr
 
 
 @pytest.mark.parametrize("name", ["qwen-vl-chat.json", "vila.json"])

@@ -172,7 +172,35 @@ def _poison(kind: str, record, folder: Path):
         return dataclasses.replace(record, images=(folder / "thin.png",))
     if kind == "over-long-prompt":
         return dataclasses.replace(record, question="why? " * (BUDGET // 4))
+    if kind == "damaged-pixel-data":  # readable header and checksums: fails only when decoded
+        (folder / "damaged.png").write_bytes(damaged_png(record.images[0]))
+        return dataclasses.replace(record, images=(folder / "damaged.png",))
     return dataclasses.replace(record, question=f"{POISON} what is shown?")  # "nan-activations"
+
+
+def damaged_png(source: Path) -> bytes:
+    """``source``'s PNG with its pixel data (IDAT) replaced by bytes that are no zlib stream, the
+    chunk's CRC recomputed: the header and every checksum hold, only decoding fails."""
+    import struct
+    import zlib
+
+    data = bytearray(source.read_bytes())
+    at = data.index(b"IDAT") - 4  # the chunk's length field
+    (length,) = struct.unpack(">I", data[at : at + 4])
+    junk = bytes(range(7, 7 + length)) if length < 249 else bytes(length)
+    data[at + 8 : at + 8 + length] = junk
+    data[at + 8 + length : at + 12 + length] = struct.pack(">I", zlib.crc32(b"IDAT" + junk))
+    return bytes(data)
+
+
+def test_damaged_pixel_data_passes_the_loaders_and_fails_when_decoded(tmp_path):
+    path = write_records(tmp_path, 2)
+    damaged = tmp_path / "img" / "1.png"
+    damaged.write_bytes(damaged_png(damaged))
+    record = load_records(path)[1]  # header and CRCs hold: not decoded, not refused here
+    assert record.image_sizes() == ((20, 20),)
+    with pytest.raises(RecordError, match=r"records\.jsonl:2: field 'image': .* is not a readable image"):
+        record.load_images()
 
 
 PER_RECORD = ("blank-answer", "undecodable-image", "extreme-aspect-ratio", "over-long-prompt")
@@ -194,7 +222,7 @@ def clean_records(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", [*PER_RECORD, "nan-activations"])
+@pytest.mark.parametrize("kind", [*PER_RECORD, "nan-activations", "damaged-pixel-data"])
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(index=st.integers(0, NUM_RECORDS - 1), private_selection=st.booleans())
 def test_a_poison_record_never_decides_whether_an_artifact_exists(

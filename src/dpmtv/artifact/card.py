@@ -55,7 +55,8 @@ def _front_matter(metadata: ArtifactMetadata) -> str:
     p, model = metadata.privacy, metadata.model
     fields = {
         "library_name": "dpmtv",
-        "base_model": model.get("name_or_path"),
+        # a hub id only: the hub links base_model to a repository, and a local folder is none
+        **({"base_model": model["hub_id"]} if model.get("hub_id") else {}),
         "tags": ["dpmtv", "task-vector", "differential-privacy", str(model.get("model_type"))],
         "dpmtv": {
             "format_version": metadata.format_version,
@@ -95,9 +96,10 @@ def guarantee_in_words(p: PrivacyMetadata) -> str:
 
 def _body(metadata: ArtifactMetadata, artifact_name: str) -> list[str]:
     p, model, heads = metadata.privacy, metadata.model, metadata.heads
-    base = model.get("name_or_path")
+    base = model.get("hub_id") or model.get("name_or_path")
+    origin = f"`{base}`" if model.get("hub_id") else f"the local checkpoint `{base}`"
     return [
-        f"# dpmtv task vector for `{base}`",
+        f"# dpmtv task vector for {origin}",
         "",
         f"`{artifact_name}` is a differentially private multimodal task vector (DP-MTV, arXiv "
         "2603.04894, on MTV): per-head activations patched into the model's attention heads so it "

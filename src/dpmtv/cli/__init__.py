@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from dpmtv._version import __version__
 from dpmtv.cli._common import DpmtvGroup
 
 
@@ -18,7 +19,7 @@ from dpmtv.cli._common import DpmtvGroup
 # auto_envvar_prefix, e.g. DPMTV_BUILD_EPSILON), and the shared model options from DPMTV_MODEL,
 # DPMTV_DEVICE and DPMTV_DTYPE; a flag on the command line wins (docs/cli.md).
 @click.group(cls=DpmtvGroup, context_settings={"auto_envvar_prefix": "DPMTV"})
-@click.version_option(package_name="dpmtv")
+@click.version_option(version=__version__, package_name="dpmtv")
 @click.option(
     "--verbose", is_flag=True, help="Show the libraries' own progress bars and logs (transformers, datasets)."
 )

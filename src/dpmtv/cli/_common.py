@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import click
@@ -53,12 +54,16 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 class DpmtvGroup(click.Group):
     """Turns the library's own errors into one clear line and exit code 2 (usage) or 1
-    (refusal, failure), no traceback, and Python warnings into ``warning:`` lines (no source
-    line)."""
+    (refusal, failure), no traceback, Python warnings into ``warning:`` lines (no source line),
+    and click's own errors (usage, bad values) into the same ``error:`` prefix, exit codes kept."""
+
+    def make_context(self, *args, **kwargs):
+        with _click_errors_prefixed():
+            return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx):
         _warnings_shown.clear()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _click_errors_prefixed():
             # dpmtv's own advisories are UserWarnings: shown as lines here (deduplicated by
             # print_warning), whatever filter the caller set (the test suite turns warnings into errors)
             warnings.simplefilter("always", UserWarning)
@@ -69,15 +74,47 @@ class DpmtvGroup(click.Group):
                 raise DpmtvCommandError(exc) from exc
 
 
+@contextlib.contextmanager
+def _click_errors_prefixed() -> Iterator[None]:
+    """click's errors print "Error: ..."; shown here as every other error, "error: ..." (after
+    the usage line and the help hint of a usage error), with click's exit code."""
+    try:
+        yield
+    except click.ClickException as exc:
+        if not isinstance(exc, DpmtvCommandError):
+            exc.show = functools.partial(_show_click_error, exc)  # type: ignore[method-assign]
+        raise
+
+
+def _show_click_error(exc: click.ClickException, file=None) -> None:
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        context = exc.ctx
+        hint = ""
+        if context.command.get_help_option(context) is not None:
+            hint = f"Try '{context.command_path} {context.help_option_names[0]}' for help.\n"
+        click.echo(f"{context.get_usage()}\n{hint}", err=True, color=exc.ctx.color)
+    err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}", highlight=False, soft_wrap=True)
+
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 _LOAD_OPTIONS = (
     click.option(
-        "--adapter",
+        "--model-spec",
         "adapter_spec",
         type=click.Path(exists=True, dir_okay=False),
-        help="Adapter spec (JSON) for a checkpoint transformers cannot load natively, e.g. "
-        "docs/adapters/qwen-vl-chat.json.",
+        help="Model spec (JSON): where a checkpoint transformers cannot load natively keeps its "
+        "layers, heads and prompt format, e.g. docs/adapters/qwen-vl-chat.json.",
+    ),
+    click.option(
+        "--adapter",
+        "deprecated_adapter_spec",
+        type=click.Path(exists=True, dir_okay=False),
+        hidden=True,
+        expose_value=False,
+        callback=lambda ctx, _, value: _deprecated_alias(
+            ctx, value, "--adapter", "--model-spec", "adapter_spec"
+        ),
     ),
     click.option(
         "--trust-remote-code",
@@ -112,7 +149,7 @@ _LOAD_OPTION_NAMES = (
 
 
 def model_options(function):
-    """``--model``, ``--dtype``, ``--device`` and the loading options (``--adapter``,
+    """``--model``, ``--dtype``, ``--device`` and the loading options (``--model-spec``,
     ``--trust-remote-code``, ``--revision``, ``--attn-implementation``, ``--adapter-weights``):
     shared by every command that loads a model. The loading options reach ``load_model`` through
     ``load_options``, so the commands' own signatures do not change."""
@@ -124,6 +161,13 @@ def model_options(function):
         from dpmtv.models.loading import load_options
 
         options = {name: kwargs.pop(name) for name in _LOAD_OPTION_NAMES}
+        alias = click.get_current_context().meta.get(_ALIAS_KEY, {}).get("adapter_spec")
+        if alias is not None:
+            if options["adapter_spec"] is not None:
+                raise click.UsageError("give --model-spec only (--adapter is its old name)")
+            options["adapter_spec"] = alias
+        if kwargs.get("device") == "auto" and not kwargs.get("quiet"):
+            announce_auto_device()
         with load_options(**options):
             return command(*args, **kwargs)
 
@@ -132,12 +176,12 @@ def model_options(function):
         function = option(function)
     function = click.option(
         "--device",
-        default="cpu",
+        default="auto",
         show_default=True,
         envvar="DPMTV_DEVICE",
-        help="torch device: cpu, cuda, cuda:N, auto (the GPU if torch sees one, else the CPU), or "
-        "map:auto / map:balanced to spread a large model over the GPUs (transformers' device_map; "
-        "needs the device-map extra). Clipping, sums and noise always run in float64 on the CPU.",
+        help="torch device: auto (the GPU if torch sees one, else the CPU; the choice is printed), cpu, "
+        "cuda, cuda:N, or map:auto / map:balanced to spread a large model over the GPUs (transformers' "
+        "device_map; needs the device-map extra). Clipping, sums and noise always run in float64 on the CPU.",
     )(function)
     function = click.option(
         "--dtype",
@@ -156,6 +200,27 @@ def model_options(function):
         envvar="DPMTV_MODEL",
         help="Local checkpoint folder, hub id, or 'embedded' (the packaged model).",
     )(function)
+
+
+_ALIAS_KEY = "dpmtv.deprecated_aliases"
+
+
+def _deprecated_alias(ctx: click.Context, value: Any, old: str, new: str, name: str) -> None:
+    """An option's old name, kept one release: warns, and hands its value to the new name's
+    parameter ``name`` (read back by the command's wrapper)."""
+    if value is None:
+        return
+    print_warning(f"{old} is deprecated and will be removed in the next release; use {new}")
+    ctx.meta.setdefault(_ALIAS_KEY, {})[name] = value
+
+
+def announce_auto_device() -> None:
+    """``--device auto``: one stderr line naming the device it chose (torch is needed to tell)."""
+    from dpmtv.models.loading import resolve_device
+
+    chosen = resolve_device("auto")
+    why = "the GPU torch sees" if chosen != "cpu" else "torch sees no GPU"
+    err_console.print(f"device: {chosen} (--device auto: {why})", highlight=False, soft_wrap=True)
 
 
 def prepare_workers_option(function):

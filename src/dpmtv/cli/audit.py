@@ -10,6 +10,7 @@ from rich.table import Table
 
 from dpmtv.cli._audit_rounds import round_options, round_settings
 from dpmtv.cli._common import (
+    announce_auto_device,
     build_settings,
     clip_norms_or_auto,
     console,
@@ -104,7 +105,13 @@ _MODEL_OPTIONS = ("data_path", "head_spec", "l2_clip_norm", "shots_per_chunk")
 @click.option("--query", default="record", show_default=True, help="Model mode: chunk query, as for build.")
 @click.option("--batch-size", type=int, default=4, show_default=True)
 @click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
-@click.option("--device", default="cpu", show_default=True)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    envvar="DPMTV_DEVICE",
+    help="torch device (auto: the GPU if torch sees one, else the CPU; the choice is printed).",
+)
 @click.option("--seed", type=int, help="Reproducible audit (seeds trials and partition; not a release).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output folder.")
 @click.option(
@@ -206,7 +213,6 @@ def _model(options):
     from dpmtv.audit.model import audit_model, canary_power, model_chunk_vectors
     from dpmtv.data import load_records
     from dpmtv.heads import parse_head_spec
-    from dpmtv.models.loading import load_model
     from dpmtv.privacy import parse_l2_clip_norms
 
     missing = [name for name in _MODEL_OPTIONS if options[name] is None]
@@ -214,7 +220,7 @@ def _model(options):
         raise ParameterError(f"model mode needs --{missing[0].replace('_path', '').replace('_', '-')}")
     common = _common(options)
     records = load_records(options["data_path"])
-    loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
+    loaded = _load_model(options)
     heads = parse_head_spec(options["head_spec"], loaded.adapter.geometry)
     clip = parse_l2_clip_norms(list(options["l2_clip_norm"]), heads.layers)
     canary = model_chunk_vectors(
@@ -259,7 +265,6 @@ def _sensitivity(options) -> None:
     from dpmtv.audit.sensitivity import audit_sensitivity
     from dpmtv.data import load_records
     from dpmtv.heads import parse_head_spec
-    from dpmtv.models.loading import load_model
 
     needed = ("model_path", *(name for name in _MODEL_OPTIONS if name != "head_spec"))
     missing = [name for name in needed if options[name] is None]
@@ -267,7 +272,7 @@ def _sensitivity(options) -> None:
         raise ParameterError(f"--sensitivity needs --{missing[0].replace('_path', '').replace('_', '-')}")
     check_ray_installed(options["ray_address"])
     records = load_records(options["data_path"])
-    loaded = load_model(options["model_path"], dtype=options["dtype"], device=options["device"])
+    loaded = _load_model(options)
     settings = build_settings(options, **round_settings(loaded, options))
     spec = options["head_spec"]
     dtype, device = options["dtype"], options["device"]
@@ -351,3 +356,11 @@ def _print(report) -> None:
         style = "bold red" if row[-1] == "VIOLATION" else None
         table.add_row(*row, style=style)
     console.print(table)
+
+
+def _load_model(options):
+    from dpmtv.models.loading import load_model
+
+    if options["device"] == "auto":
+        announce_auto_device()
+    return load_model(options["model_path"], dtype=options["dtype"], device=options["device"])

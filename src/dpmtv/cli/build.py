@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from dpmtv._build_time import build_timestamp
-from dpmtv.cli._build_config import EXAMPLES, GroupedHelpCommand, config_options, print_json_summary
+from dpmtv.cli._build_config import EXAMPLES, GroupedHelpCommand, print_json_summary
 from dpmtv.cli._build_options import build_options
 from dpmtv.cli._common import (
     console,
@@ -17,6 +17,7 @@ from dpmtv.cli._common import (
     print_vector_summary,
     print_warning,
 )
+from dpmtv.cli._config_file import config_options
 from dpmtv.cli._output_path import (
     artifact_size_bound,
     check_not_an_input,

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from dpmtv.cli._common import console, float_list
+from dpmtv.cli._config_file import config_options
 
 
 @click.command(name="demo")
@@ -47,6 +48,7 @@ from dpmtv.cli._common import console, float_list
     type=click.Path(path_type=Path),
     help="Also write per rule (or task): rule, trained, zero_shot, icl, mtv, dp_mtv, deciding, ceiling.",
 )
+@config_options
 def command(
     out,
     quick,

@@ -6,6 +6,7 @@ import click
 from click.core import ParameterSource
 
 from dpmtv.cli._common import console, err_console, float_list, model_options
+from dpmtv.cli._config_file import config_options
 from dpmtv.errors import ParameterError
 from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUNK
 
@@ -137,6 +138,7 @@ from dpmtv.pipeline.defaults import DEFAULT_L2_CLIP_NORM, DEFAULT_SHOTS_PER_CHUN
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@config_options
 def command(**options):
     """Evaluate methods side by side: accuracy with CIs, privacy-utility and queries plots (docs/eval.md)."""
     from dpmtv.eval import EvalSettings, parse_methods, run_evaluation, write_report

@@ -5,6 +5,7 @@ import ipaddress
 import click
 
 from dpmtv.cli._common import err_console, guarantee_text, model_options, trusted_key_option
+from dpmtv.cli._config_file import config_options
 from dpmtv.errors import ParameterError
 
 API_KEY_ENV = "DPMTV_API_KEY"
@@ -144,6 +145,7 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 @trusted_key_option
+@config_options
 def command(
     model_path,
     vector_specs,

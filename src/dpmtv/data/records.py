@@ -1,8 +1,9 @@
 """Records: one private demonstration = image(s) + question + answer (+ optional id, user id).
 
 Loaders read JSONL, CSV (same field names) and Hugging Face ``datasets`` saved on disk, and
-validate everything up front: a missing field, an unreadable or corrupt image or an empty set
-fails with one message naming the file, the record and the field.
+validate everything up front: a missing field, an unreadable image (a missing file, a header no
+format reads, a checksum that fails) or an empty set fails with one message naming the file, the
+record and the field. Images are not decoded here: each is decoded once, where it is used.
 
 Field rules (the same for every format):
 
@@ -25,7 +26,7 @@ import io
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -54,8 +55,15 @@ class Record:
     has_explicit_id: bool = False
 
     def load_images(self) -> tuple[Image.Image, ...]:
-        """The record's images, opened (a bad file raises ``RecordError`` naming ``where``)."""
+        """The images decoded, in RGB; an unreadable one raises RecordError (file:line, field)."""
         return tuple(_open_image(source, self.where, index) for index, source in enumerate(self.images))
+
+    def image_sizes(self) -> tuple[tuple[int, int], ...]:
+        """Each image's (width, height) from its header, the file's checksums verified where the
+        format has them, no pixel decoded: the cheap check of the loaders and of the build's
+        validation pass. Raises RecordError as :meth:`load_images` does; an image whose pixel data
+        is damaged behind valid checksums fails only when decoded."""
+        return tuple(_image_size(source, self.where, index) for index, source in enumerate(self.images))
 
 
 def load_records(path: str | Path, *, require_answer: bool = True) -> list[Record]:
@@ -81,7 +89,9 @@ def load_records(path: str | Path, *, require_answer: bool = True) -> list[Recor
 
 
 def validate_records(records: list[Record], *, source: str) -> list[Record]:
-    """Check every record's images decode and ids are unique; refuse an empty set."""
+    """Check every record's images are readable (:meth:`Record.image_sizes`: headers and
+    checksums, not decoded: the images are decoded once, where they are used) and ids are unique;
+    refuse an empty set."""
     if not records:
         raise RecordError(f"'{source}' contains no records")
     seen: dict[str, str] = {}
@@ -92,7 +102,7 @@ def validate_records(records: list[Record], *, source: str) -> list[Record]:
                 f"{seen[record.record_id]}; record ids must be unique"
             )
         seen[record.record_id] = record.where
-        record.load_images()
+        record.image_sizes()
     return records
 
 
@@ -200,9 +210,28 @@ def _image_source(value: Any, where: str, base: Path) -> ImageSource:
 
 
 def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
-    field = "image" if index == 0 else f"image[{index}]"
     if isinstance(source, Image.Image):
         return source.convert("RGB")
+    with _readable(source, where, index) as image:
+        return image.convert("RGB")
+
+
+def _image_size(source: ImageSource, where: str, index: int) -> tuple[int, int]:
+    """(width, height) from the header; ``verify`` reads the rest of the file and checks its
+    checksums where the format has them (PNG's per-chunk CRCs) without decoding any pixel."""
+    if isinstance(source, Image.Image):
+        return source.size
+    with _readable(source, where, index) as image:
+        size = image.size
+        image.verify()
+    return size
+
+
+@contextlib.contextmanager
+def _readable(source: Path | bytes | DatasetImage, where: str, index: int) -> Iterator[Image.Image]:
+    """The opened image (header read, pixels not yet decoded); any failure inside the block, the
+    open's or the caller's decode, becomes one RecordError naming the record, field and file."""
+    field = "image" if index == 0 else f"image[{index}]"
     if isinstance(source, DatasetImage):
         source = source.read()
     name = f"file '{source}'" if isinstance(source, Path) else "inline bytes"
@@ -210,7 +239,7 @@ def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
         raise RecordError(f"{where}: field '{field}': file '{source}' does not exist")
     try:
         with _pixel_limit(), Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
-            return image.convert("RGB")
+            yield image
     except Image.DecompressionBombError as exc:
         raise RecordError(
             f"{where}: field '{field}': {name} is refused as a possible decompression bomb ({exc}); "

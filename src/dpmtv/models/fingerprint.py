@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmtv.models.lora import CONFIG_KEY as LORA_CONFIG_KEY
@@ -83,6 +85,7 @@ def model_identity(adapter: ModelAdapter, name_or_path: str) -> dict[str, Any]:
         "model_type": config.model_type,
         "family": adapter.family,
         "name_or_path": name_or_path,
+        "hub_id": hub_id(name_or_path),
         "revision": getattr(config, "_commit_hash", None),
         "num_layers": geometry.num_layers,
         "num_heads": geometry.num_heads,
@@ -93,6 +96,28 @@ def model_identity(adapter: ModelAdapter, name_or_path: str) -> dict[str, Any]:
         "quantization": _quantization(config),
         "lora_adapter": getattr(config, LORA_CONFIG_KEY, None),
     }
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name, as the hub spells its repositories
+
+
+def hub_id(name_or_path: str) -> str | None:
+    """The hub repository the checkpoint comes from, when it records one: ``name_or_path`` itself
+    when it is an ``org/name`` id and no local path, else the ``_name_or_path`` that the local
+    folder's ``config.json`` records, when that is such an id; None otherwise (a local checkpoint
+    of unknown origin), so a model card never names a local folder as its hub base model."""
+    if _looks_like_hub_id(name_or_path):
+        return name_or_path
+    try:
+        recorded = json.loads((Path(name_or_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    named = recorded.get("_name_or_path") if isinstance(recorded, dict) else None
+    return named if isinstance(named, str) and _looks_like_hub_id(named) else None
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return bool(_HUB_ID.fullmatch(name)) and not Path(name).exists()
 
 
 def _quantization(config: Any) -> str | None:

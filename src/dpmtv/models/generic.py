@@ -70,7 +70,7 @@ def find_decoder_layers(model: nn.Module, num_layers: int, family: str) -> tuple
         raise AdapterError(
             f"{family}: cannot find the text decoder's layer list on {type(decoder).__name__} "
             f"(expected one module list of num_hidden_layers={num_layers} layers; found "
-            f"{', '.join(found) or 'none'}); write an adapter spec (--adapter) naming the path"
+            f"{', '.join(found) or 'none'}); write an adapter spec (--model-spec) naming the path"
         )
     name, layers = candidates[0]
     return (f"{prefix}.{name}" if prefix else name), layers

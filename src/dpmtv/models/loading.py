@@ -177,7 +177,9 @@ def load_model(
         return wrap_loaded_model(name_or_path, processor)
     opts = dataclasses.replace(current_load_options(), **options)
     if opts.adapter_weights is not None and opts.adapter_spec is not None:
-        raise ModelError("--adapter-weights (a LoRA adapter) cannot be combined with --adapter spec.json yet")
+        raise ModelError(
+            "--adapter-weights (a LoRA adapter) cannot be combined with --model-spec spec.json yet"
+        )
     path = resolve_model_path(name_or_path)
     _check_local_folder(path)
     files = resolve_revision(path, opts.revision)
@@ -217,7 +219,7 @@ def _load_auto(path: str, *, trust_remote_code: bool, **load: Any) -> LoadedMode
             ) from exc
         raise UnsupportedModelError(
             f"model_type '{config.model_type}' at '{path}' is not an image-text-to-text model "
-            f"transformers can load ({exc}); for a remote-code checkpoint pass --adapter spec.json"
+            f"transformers can load ({exc}); for a remote-code checkpoint pass --model-spec spec.json"
         ) from exc
     return LoadedModel(model, processor, adapter_cls(model, processor), path, _read_defaults(path))
 
@@ -277,7 +279,7 @@ def _read_config(path: str, trust_remote_code: bool) -> Any:
         if not trust_remote_code and "trust_remote_code" in str(exc):
             raise ModelError(
                 f"the checkpoint at '{path}' needs its own Python code (remote code), which dpmtv "
-                "runs only when asked: pass --adapter spec.json and --trust-remote-code "
+                "runs only when asked: pass --model-spec spec.json and --trust-remote-code "
                 "(trust_remote_code=True) if you trust its source"
             ) from exc
         raise ModelError(f"cannot read the model config at '{path}': {exc}") from exc

@@ -116,7 +116,7 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 
 HOW_TO_ADD_AN_ADAPTER = (
     "To use another checkpoint: describe where its layers' attention output projections are, its "
-    "head geometry and prompt format in a JSON adapter spec and pass --adapter spec.json (examples "
+    "head geometry and prompt format in a JSON adapter spec and pass --model-spec spec.json (examples "
     "in docs/adapters/; remote code also needs --trust-remote-code); or add a family file under "
     "src/dpmtv/models/families/ and check it with the adapter contract suite (subclass "
     "AdapterContract from tests/models/contract.py, as tests/models/test_llava.py does). See "

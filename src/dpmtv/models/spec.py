@@ -1,6 +1,6 @@
 """Declarative adapters for checkpoints transformers cannot load natively (remote code).
 
-A spec is a small JSON file (``--adapter spec.json``)::
+A spec is a small JSON file (``--model-spec spec.json``)::
 
     {
       "name": "qwen-vl-chat",

@@ -15,8 +15,15 @@ Per record:
 * ``answer`` is not blank after normalisation (whitespace stripped); with private head selection,
   where any record may be its chunk's held-out query, the answer must also have a first token
   (:func:`dpmtv.selection._data.first_answer_token`);
-* the images decode, and the model's processor accepts the record's own prompt (one call of the
-  real processor: e.g. Qwen2-VL refuses an aspect ratio of 200 or more);
+* the images are readable — the file exists, a format reads its header, the size is within the
+  decompression-bomb limit and the file's checksums hold where the format has them (PNG) — and
+  the model's processor accepts the record's own prompt (the real processor, called on blank
+  stand-ins of the images' sizes: what it computes and refuses depends on sizes, not pixels, e.g.
+  Qwen2-VL refuses an aspect ratio of 200 or more; one call per distinct sizes and text).
+  No pixel is decoded here: each image is decoded once, by the extraction. An image whose pixel
+  data is damaged behind valid checksums fails only there, after the charge, and its chunk
+  contributes zero by the public rule of :mod:`dpmtv.forward.failed_chunks`, as a file that
+  changes after this pass does;
 * with ``--query record`` (any record may be a query), the record's query alone fits the public
   token budget, so the prompt-length rule never has to drop a chunk for its query.
 
@@ -86,17 +93,34 @@ def validate_records_for_build(
     public_query = (
         None if query == "record" else _public_query(query, query_question, max_prompt_tokens, adapter)
     )
+    stand_ins = _StandIns()
+    lengths: dict[tuple[object, ...], int] = {}  # equal sizes and text: equal tokens
     for record in records:
-        images = record.load_images()  # RecordError (file:line, field) for an unreadable image
+        sizes = record.image_sizes()  # RecordError (file:line, field) for an unreadable image
+        images = stand_ins.of(sizes)
         _check_answer(adapter, record, images, private_selection=private_selection)
-        prompt = _own_prompt(record, images, public_query)
-        length = _processed_length(adapter, record, prompt)
-        if public_query is None and length > max_prompt_tokens:
+        key = (sizes, record.question, None if public_query is None else record.answer)
+        if key not in lengths:
+            lengths[key] = _processed_length(adapter, record, _own_prompt(record, images, public_query))
+        if public_query is None and lengths[key] > max_prompt_tokens:
             raise RecordError(
                 f"{record.where}: fields 'image' and 'question': the record as its chunk's query "
-                f"needs {length} tokens, over the {max_prompt_tokens}-token budget "
+                f"needs {lengths[key]} tokens, over the {max_prompt_tokens}-token budget "
                 "(--max-prompt-tokens); shorten the question, use a smaller image or raise the budget"
             )
+
+
+class _StandIns:
+    """Blank RGB images of given sizes, one per size, standing for a record's images: what the
+    processor computes from an image (its resizing, tiling and token count, and its refusals,
+    such as Qwen2-VL's of an aspect ratio of 200 or more) depends on the image's size, not on
+    its pixels, so the validation pass needs no pixel decoded."""
+
+    def __init__(self) -> None:
+        self._images: dict[tuple[int, int], Image.Image] = {}
+
+    def of(self, sizes: tuple[tuple[int, int], ...]) -> tuple[Image.Image, ...]:
+        return tuple(self._images.setdefault(size, Image.new("RGB", size)) for size in sizes)
 
 
 def check_model_on_public_prompt(adapter: ModelAdapter, heads: HeadSet, *, query_question: str) -> None:
