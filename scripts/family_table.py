@@ -86,7 +86,7 @@ def render(results: dict[str, dict[str, int]]) -> str:
             else contract_cell("", counts).replace("contract passed", "contract passed (style fixture)")
         )
         rows.append(
-            f"| {name} | — | spec `{spec}` | remote code: `--adapter` + `--trust-remote-code` | {cell} |"
+            f"| {name} | — | spec `{spec}` | remote code: `--model-spec` + `--trust-remote-code` | {cell} |"
         )
     note = (
         f"\nNot yet tested ({len(untested)}; generic discovery is attempted at load, and a failing step "
