@@ -1,4 +1,4 @@
-r"""Private head selection among a small PUBLIC list of candidate head sets (issue 28):
+r"""Private head selection among a small PUBLIC list of candidate head sets (docs/design.md §3):
 ``--private-selection candidates``.
 
 Candidates (:func:`dpmtv.candidate_lists.candidate_head_sets`: ``layer-subsets``, ``layer-blocks``,

@@ -1,6 +1,6 @@
-r"""The candidate choice AFTER the release (``--selection-utility released-probability``, issue 28):
-release the whole public pool once, then choose among the public candidate head sets by how well the
-RELEASED vector answers the private records themselves.
+r"""The candidate choice AFTER the release (``--selection-utility released-probability``,
+docs/design.md §3): release the whole public pool once, then choose among the public candidate head
+sets by how well the RELEASED vector answers the private records themselves.
 
 Why. The chunk utilities of :mod:`dpmtv.selection.candidates` score a candidate by patching each
 chunk's OWN one-chunk mean into it, ``m`` utilities in all: a weak, indirect signal of what the
