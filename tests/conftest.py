@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,23 @@ from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")
-def tiny_llava_path(tmp_path_factory) -> Path:
-    return build_tiny_checkpoint("llava", tmp_path_factory.mktemp("tiny-llava"))
+def tiny_checkpoint(tmp_path_factory) -> Callable[..., Path]:
+    """``tiny_checkpoint(family, seed=0)``: a tiny random-weight checkpoint folder, built once per
+    session for each family and seed and shared by every test that asks (tests only read it)."""
+    built: dict[tuple[str, int], Path] = {}
+
+    def build(family: str, *, seed: int = 0) -> Path:
+        if (family, seed) not in built:
+            folder = tmp_path_factory.mktemp(f"tiny-{family}-seed{seed}")
+            built[family, seed] = build_tiny_checkpoint(family, folder, seed=seed)
+        return built[family, seed]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_llava_path(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("llava")
 
 
 # Tests run on the CPU; a GPU check sets DPMTV_TEST_DEVICE=cuda to run the same tests there.
@@ -48,3 +64,23 @@ def write_records(folder: Path, count: int, *, seed: int = 0, with_ids: bool = T
 @pytest.fixture
 def records_file(tmp_path) -> Path:
     return write_records(tmp_path / "data", 24)
+
+
+# Whole folders and modules in the slow set (``pytest -m "not slow"`` is the fast subset, see
+# CONTRIBUTING.md): each starts processes or runs end to end; single slow tests elsewhere carry
+# ``@pytest.mark.slow`` themselves.
+SLOW_PATHS = {
+    "distributed/": "a local Ray cluster, its actors and raylets",
+    "demo/": "runs of dpmtv demo (builds, evals and reports)",
+    "embedded/test_embedded_training.py": "a few steps of the embedded model's training script",
+    "eval/test_eval_end_to_end.py": "dpmtv eval end to end",
+    "audit/test_membership.py": "membership-inference attacks over many builds",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        where = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        if any(where.startswith(path) for path in SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)

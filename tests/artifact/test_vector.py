@@ -12,7 +12,6 @@ from dpmtv.heads import parse_head_spec
 from dpmtv.inference import apply
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +56,8 @@ def test_truncated_or_garbage_files_are_refused(artifact, tmp_path):
         load_task_vector(tmp_path / "missing.safetensors")
 
 
-def test_other_model_is_refused_naming_the_field(artifact, tmp_path):
-    other = load_model(build_tiny_checkpoint("llava", tmp_path / "other", seed=1))
+def test_other_model_is_refused_naming_the_field(artifact, tiny_checkpoint):
+    other = load_model(tiny_checkpoint("llava", seed=1))
     vector = load_task_vector(artifact)
     with pytest.raises(ModelMismatchError, match="field 'attention_weights_sha256' differs"):
         with apply(other, vector):
