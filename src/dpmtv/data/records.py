@@ -25,7 +25,7 @@ import io
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -220,7 +220,7 @@ def _open_image(source: ImageSource, where: str, index: int) -> Image.Image:
 
 
 @contextlib.contextmanager
-def _pixel_limit():
+def _pixel_limit() -> Iterator[None]:
     """Pillow's decompression-bomb limit, raised (or lowered) by ``DPMTV_MAX_IMAGE_PIXELS``; an
     image over twice the limit raises, so the limit given is applied as Pillow's half-limit."""
     value = os.environ.get(MAX_IMAGE_PIXELS_VARIABLE)

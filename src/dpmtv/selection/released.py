@@ -87,7 +87,9 @@ def record_utilities(
     return out
 
 
-def _probabilities(adapter: ModelAdapter, record: Record, values: torch.Tensor, masks) -> np.ndarray:
+def _probabilities(
+    adapter: ModelAdapter, record: Record, values: torch.Tensor, masks: torch.Tensor
+) -> np.ndarray:
     """``(n,)``: one record's utilities; zeros when it cannot be scored (a constant: the bound holds)."""
     try:
         scorer = MaskScorer(adapter, values, [_held_out_query(adapter, record)], row_batch=masks.shape[0])
@@ -97,7 +99,7 @@ def _probabilities(adapter: ModelAdapter, record: Record, values: torch.Tensor, 
     probabilities = log_probs[:, 0].double().exp().numpy()
     if not np.all(np.isfinite(probabilities)):
         return np.zeros_like(probabilities)
-    return np.clip(probabilities, 0.0, 1.0)
+    return np.asarray(np.clip(probabilities, 0.0, 1.0))
 
 
 def select_on_release(
