@@ -66,21 +66,27 @@ def records_file(tmp_path) -> Path:
     return write_records(tmp_path / "data", 24)
 
 
-# Whole folders and modules in the slow set (``pytest -m "not slow"`` is the fast subset, see
-# CONTRIBUTING.md): each starts processes or runs end to end; single slow tests elsewhere carry
-# ``@pytest.mark.slow`` themselves.
+# Folders, modules and tests in the slow set (``pytest -m "not slow"`` is the fast subset, see
+# CONTRIBUTING.md): each starts processes, a browser or a cluster, or runs many builds. Chosen from
+# the full suite's --durations on main (2,810 s under load: these took about three quarters of it);
+# single slow tests elsewhere carry ``@pytest.mark.slow`` themselves.
 SLOW_PATHS = {
     "distributed/": "a local Ray cluster, its actors and raylets",
     "demo/": "runs of dpmtv demo (builds, evals and reports)",
-    "embedded/test_embedded_training.py": "a few steps of the embedded model's training script",
-    "eval/test_eval_end_to_end.py": "dpmtv eval end to end",
+    "audit/test_sensitivity_rounds.py": "audits of private rounds: many builds per test (~650 s)",
     "audit/test_membership.py": "membership-inference attacks over many builds",
+    "serve/test_page.py": "the web page in a headless browser (~240 s to start)",
+    "pipeline/test_build_reveals_no_n.py": "builds in real processes at several N",
+    "embedded/test_embedded_training.py": "steps of the embedded model's training script",
+    "eval/test_eval_end_to_end.py": "dpmtv eval end to end",
+    "cli/test_startup.py::test_inspect_plan_and_budget_import_no_model_stack": "fresh interpreters",
+    "artifact/test_artifact_metadata.py::test_metadata_of_a_choice_on_the_release": "two release builds",
 }
 TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        where = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        where = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix() + "::" + item.name
         if any(where.startswith(path) for path in SLOW_PATHS):
             item.add_marker(pytest.mark.slow)
