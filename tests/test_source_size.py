@@ -24,7 +24,6 @@ FILE_EXCEPTIONS: dict[str, str] = {}
 # "name:function" -> why
 FUNCTION_EXCEPTIONS: dict[str, str] = {
     "benchmarks/embedded_vector_probe.py:main": "a recorded probe, from before the guard covered benchmarks/",
-    "scripts/select_embedded_heads.py:main": "a recorded selection, from before the guard covered scripts/",
 }
 
 
