@@ -50,6 +50,7 @@ from dpmtv.embedded.suite import first_token_correct, task_codes, task_records
 from dpmtv.embedded.world import combo_index
 from dpmtv.forward.executor import LocalExecutor
 from dpmtv.heads import HeadSet
+from dpmtv.inference import vector_patches
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.settings import PrivateClipSettings
@@ -272,7 +273,7 @@ def run_task_seed(loaded, name: str, seed: int, args, defaults: dict, ceiling) -
         vector = build_task_vector(loaded, private, build_heads, settings, executor=executor).vector
         if isinstance(executor, RowCache) and executor.last is not None:
             executor.by_label[selection_label(selection)], executor.last = executor.last, None
-        correct = first_token_correct(loaded.adapter, queries, answers, patches=vector.layer_patches())
+        correct = first_token_correct(loaded.adapter, queries, answers, patches=vector_patches(vector))
         rows.append(row(variant, correct, vector))
     return rows
 

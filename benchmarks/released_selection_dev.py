@@ -53,6 +53,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from private_dev import DEV_SEEDS, dev_public_defaults, dev_task_names  # noqa: E402
 
 DELTA = 1e-5
+# the default before the choice on the release: candidates by chunk utilities (noisy-probability), 0.3 ε
+TODAY_SELECTION = PrivateSelectionSettings(
+    k=8, method="candidates", utility="noisy-probability", selection_fraction=0.3, candidates="layer-groups"
+)
 
 
 def equivalent_epsilon(epsilon: float, selection_epsilon: float) -> float:
@@ -104,14 +108,7 @@ def run(loaded, name: str, seed: int, args, defaults: dict, rng: np.random.Gener
         loaded, private, public_heads, settings(args.epsilon, tuple(chosen["l2_clip_norm"]))
     )
     row("public heads, public C", patched_accuracy(adapter, queries, answers, public.vector, public_heads))
-    today = PrivateSelectionSettings(
-        k=8,
-        method="candidates",
-        utility="noisy-probability",
-        selection_fraction=0.3,
-        candidates="layer-groups",
-    )
-    built = build_task_vector(loaded, private, None, settings(args.epsilon, generic_c, today))
+    built = build_task_vector(loaded, private, None, settings(args.epsilon, generic_c, TODAY_SELECTION))
     row(
         "today: candidates by chunk utilities 0.3ε, given C",
         patched_accuracy(adapter, queries, answers, built.vector, built.vector.heads),

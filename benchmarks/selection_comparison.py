@@ -59,12 +59,9 @@ from dpmtv.embedded.suite import (
     first_token_correct,
     task_records,
 )
-from dpmtv.eval.stats import t_interval
-from dpmtv.forward.extract import stack_selected_heads
 from dpmtv.forward.hooks import layer_patches
 from dpmtv.heads import HeadSet
 from dpmtv.models.loading import load_model
-from dpmtv.pipeline.build import BuildSettings, PrivateSelectionSettings, build_task_vector
 from dpmtv.pipeline.partition import ChunkPrompts, chunk_records
 from dpmtv.privacy import (
     AdjacencyRelation,
@@ -74,27 +71,24 @@ from dpmtv.privacy import (
     secure_rng,
 )
 from dpmtv.privacy.noisy_top_k import head_vote_counts, noisy_top_k, plan_private_selection
-from dpmtv.privacy.release import plan_gaussian_release, release_clipped_mean
-from dpmtv.selection import chunk_votes, select_public
+from dpmtv.selection import chunk_votes
 
-DELTA = 1e-5
-PRIVATE_K = 10
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from selection_comparison_parts import (  # noqa: E402
+    Plans,
+    all_heads,
+    cross_check,
+    describe,
+    head_rows,
+    layer_blocks,
+    log,
+    private_release,
+    public_clip_norms,
+    public_selections,
+)
+from selection_comparison_report import DELTA, METHOD_LABELS, PRIVATE_K, markdown, summarise  # noqa: E402
+
 SELECTION_FRACTION = 0.5
-METHOD_LABELS = {
-    "zero-shot": "zero-shot (no vector)",
-    "a-reinforce": "(a) public REINFORCE (+best-of)",
-    "a-reinforce-raw": "(a') REINFORCE's own draw",
-    "b-greedy": "(b) public greedy (+best-of)",
-    "b-greedy-raw": "(b') greedy's own set",
-    "c-scored": "(c) public scored top-k (+best-of)",
-    "c-scored-raw": "(c') scored top-k itself",
-    "d-private": f"(d) private noisy top-{PRIVATE_K}",
-    "d-abl-exact-heads": f"(d-abl, not DP) exact top-{PRIVATE_K} of the votes + (d)'s release σ",
-    "d-abl-noisy-heads": "(d-abl, not DP) (d)'s noisy heads, no release noise",
-    "e-all": "(e) all heads",
-    "ref-shipped": "ref: shipped default set",
-}
-ORDER = list(METHOD_LABELS)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -119,135 +113,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.tasks, args.seeds, args.records, args.test_queries = "is_red", "0", 256, 16
         args.public_records, args.reinforce_steps, args.epsilons = 64, 10, "1"
     return args
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-# ------------------------------------------------------------------------------------------------
-# activations, clip norms, release, scoring
-# ------------------------------------------------------------------------------------------------
-def all_heads(geometry) -> HeadSet:
-    return HeadSet.of((layer, h) for layer in range(geometry.num_layers) for h in range(geometry.num_heads))
-
-
-def head_rows(adapter, prompts, batch_size) -> np.ndarray:
-    """Every head's last-token output per prompt: (B, L, H, d) float64."""
-    g = adapter.geometry
-    out = stack_selected_heads(adapter, prompts, all_heads(g), batch_size=batch_size)
-    return np.stack(
-        [out[layer].reshape(len(prompts), g.num_heads, g.head_dim) for layer in range(g.num_layers)], 1
-    )
-
-
-def layer_blocks(rows: np.ndarray, heads: HeadSet) -> dict[int, np.ndarray]:
-    """(B, L, H, d) → {layer: (B, k_l·d)} in the head set's order (as ``extract_selected_heads``)."""
-    return {layer: rows[:, layer, heads.heads_in(layer)].reshape(len(rows), -1) for layer in heads.layers}
-
-
-def public_clip_norms(public_rows: np.ndarray, heads: HeadSet) -> dict[int, float]:
-    """Per layer: the median L2 norm of the heads' public chunk vectors (shipped-defaults rule)."""
-    return {
-        layer: float(np.median(np.linalg.norm(v, axis=1)))
-        for layer, v in layer_blocks(public_rows, heads).items()
-    }
-
-
-def private_release(raw, heads, clip_norms, num_chunks, plan, sampler) -> dict[int, np.ndarray]:
-    """Clip per layer, sum, divide by the public m, one Gaussian draw (the build's release)."""
-    noised = release_clipped_mean(
-        layer_blocks(raw, heads),
-        l2_clip_norms={ly: clip_norms[ly] for ly in heads.layers},
-        num_chunks=num_chunks,
-        plan=plan,
-        sampler=sampler,
-    )
-    return dict(noised.layers)
-
-
-class Plans:
-    """Release plans cached by (Δ, ε, with-selection): each calibration takes about a second."""
-
-    def __init__(self, sampler):
-        self.sampler, self.cache, self.seconds = sampler, {}, 0.0
-
-    def get(self, sensitivity: float, epsilon: float, selection_plan=None):
-        key = (sensitivity, epsilon, selection_plan is not None)
-        if key not in self.cache:
-            started = time.perf_counter()
-            self.cache[key] = plan_gaussian_release(
-                l2_sensitivity=sensitivity,
-                epsilon=epsilon,
-                delta=DELTA,
-                sampler=self.sampler,
-                fixed_events=selection_plan.fixed_events if selection_plan is not None else (),
-            )
-            self.seconds += time.perf_counter() - started
-        return self.cache[key]
-
-
-def describe(heads: HeadSet) -> dict:
-    return {
-        "count": len(heads),
-        "layers": heads.layers,
-        "per_layer": {str(layer): len(heads.heads_in(layer)) for layer in heads.layers},
-        "heads": heads.to_json(),
-    }
-
-
-# ------------------------------------------------------------------------------------------------
-# public selection (once per task)
-# ------------------------------------------------------------------------------------------------
-def public_selections(loaded, public, args) -> tuple[dict[str, HeadSet], dict[str, dict]]:
-    """The three public searches; returns the head sets (refined and raw) and their records."""
-    sets, info = {}, {}
-    runs = [("reinforce", {"steps": args.reinforce_steps}), ("greedy", {}), ("scored", None)]
-    greedy_count = None
-    for method, extra in runs:
-        if method == "scored":
-            extra = {"k": greedy_count}
-        started = time.perf_counter()
-        result = select_public(
-            loaded, public, method=method, shots=args.shots, seed=0, progress=False, **extra
-        )
-        wall = time.perf_counter() - started
-        raw = raw_heads(result, method)
-        if method == "greedy":
-            greedy_count = len(raw)
-        letter = {"reinforce": "a", "greedy": "b", "scored": "c"}[method]
-        sets[f"{letter}-{method}"], sets[f"{letter}-{method}-raw"] = result.heads, raw
-        info[method] = {
-            "seconds": wall,
-            "library_seconds": result.seconds,
-            "method": result.method,
-            "chosen_by_best_of": result.chosen,
-            "dev_logprob": result.dev_metric,
-            "dev_logprob_of_candidates": result.candidates,
-            "parameters": {k: v for k, v in result.details.items() if k not in ("final_draws",)},
-            "heads": describe(result.heads),
-            "raw_heads": describe(raw),
-        }
-        if result.probabilities is not None:
-            info[method]["learned_probabilities"] = result.probabilities
-        log(
-            f"  {method}: {wall:.1f}s, own set {len(raw)} heads, after best-of {result.chosen} "
-            f"({len(result.heads)} heads, layers {result.heads.layers})"
-        )
-    return sets, info
-
-
-def raw_heads(result, method: str) -> HeadSet:
-    """The search's own set, before the best-of contest with layer blocks."""
-    if method == "greedy":
-        return HeadSet.of((int(ly), int(h)) for ly, h, _ in result.scores)
-    if method == "scored":
-        k = result.details["k"]
-        ranked = sorted(result.scores, key=lambda r: -r[2])[:k]
-        return HeadSet.of((int(ly), int(h)) for ly, h, _ in ranked)
-    draws = result.details["final_draws"]
-    name = result.details["search_chosen"]
-    return HeadSet.of(map(tuple, draws[int(name.split("-")[1])]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -383,219 +248,6 @@ def score_private_epsilon(score: _Scores, raw, counts, heads_of, exact, eps, m, 
         "heads": describe(heads),
         "overlap_with_exact": overlap,
     }
-
-
-# ------------------------------------------------------------------------------------------------
-# cross-check against build_task_vector (σ and ε spent of the same configuration)
-# ------------------------------------------------------------------------------------------------
-def cross_check(loaded, task, args, ctx) -> dict:
-    records = task_records(task, args.records, seed=0, split="private")
-    m = args.records // args.shots
-    out = {}
-    name = "b-greedy"
-    heads, clip = ctx["public_sets"][name], ctx["clip_norms"][name]
-    settings = BuildSettings(
-        epsilon=1.0,
-        delta=DELTA,
-        l2_clip_norm=tuple(clip[ly] for ly in heads.layers),
-        shots_per_chunk=args.shots,
-        batch_size=args.batch_size,
-        progress=False,
-    )
-    built = build_task_vector(loaded, records, heads, settings).vector.metadata.privacy
-    sens = l2_sensitivity(
-        l2_clip_norms=[clip[ly] for ly in heads.layers],
-        num_chunks=m,
-        relation=AdjacencyRelation.REPLACE_ONE,
-    )
-    mine = ctx["plans"].get(sens, 1.0)
-    out["public_greedy_eps1"] = {
-        "build_noise_std": built.noise_std,
-        "benchmark_noise_std": mine.noise_std,
-        "build_epsilon_spent": built.epsilon_spent,
-        "benchmark_epsilon_spent": mine.epsilon_spent,
-    }
-    pool_layers = ctx["private_pool"].layers
-    settings = BuildSettings(
-        epsilon=1.0,
-        delta=DELTA,
-        l2_clip_norm=tuple(ctx["private_clip"][ly] for ly in pool_layers),
-        shots_per_chunk=args.shots,
-        batch_size=args.batch_size,
-        progress=False,
-        private_selection=PrivateSelectionSettings(
-            k=PRIVATE_K, selection_fraction=args.selection_fraction, pool=ctx["private_pool_spec"]
-        ),
-    )
-    built = build_task_vector(loaded, records, None, settings).vector.metadata.privacy
-    sel_plan = plan_private_selection(
-        total_epsilon=1.0, total_delta=DELTA, k=PRIVATE_K, selection_fraction=args.selection_fraction
-    )
-    mine = ctx["plans"].get(ctx["private_sensitivity"], 1.0, sel_plan)
-    out["private_selection_eps1"] = {
-        "build_noise_std": built.noise_std,
-        "benchmark_noise_std": mine.noise_std,
-        "build_epsilon_spent": built.epsilon_spent,
-        "benchmark_epsilon_spent": mine.epsilon_spent,
-        "build_l2_sensitivity": built.l2_sensitivity,
-        "benchmark_l2_sensitivity": ctx["private_sensitivity"],
-    }
-    out["agree"] = all(
-        math.isclose(v["build_noise_std"], v["benchmark_noise_std"], rel_tol=1e-9) for v in out.values()
-    )
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# summary and outputs
-# ------------------------------------------------------------------------------------------------
-def summarise(rows, seeds) -> list[dict]:
-    keys = sorted({(r["method"], r["epsilon"]) for r in rows}, key=lambda k: (ORDER.index(k[0]), k[1] or 0))
-    out = []
-    for method, eps in keys:
-        per_seed = [
-            float(
-                np.mean(
-                    [
-                        r["accuracy"]
-                        for r in rows
-                        if r["method"] == method and r["epsilon"] == eps and r["seed"] == s
-                    ]
-                )
-            )
-            for s in seeds
-        ]
-        mean, half = t_interval(per_seed)
-        out.append({"method": method, "epsilon": eps, "accuracy": mean, "ci95": half, "per_seed": per_seed})
-    return out
-
-
-def _cell_text(cell, method, eps) -> str:
-    r = cell.get((method, eps))
-    if r is None:
-        return "—"
-    return f"{r['accuracy']:.3f}" + (f" ± {r['ci95']:.3f}" if r["ci95"] is not None else "")
-
-
-def _heads_column(tasks, method) -> str:
-    if method == "zero-shot":
-        return "0"
-    if method.startswith("d-"):
-        return f"{PRIVATE_K} (varies)"
-    counts = [str(t["head_sets"][method]["count"]) for t in tasks.values()]
-    if method.endswith("-raw"):
-        same = [
-            t["head_sets"][method]["heads"] == t["head_sets"][method[:-4]]["heads"] for t in tasks.values()
-        ]
-        counts = [c + ("=" if same_ else "") for c, same_ in zip(counts, same)]
-    return "/".join(counts)
-
-
-def _seconds_column(tasks, method) -> str:
-    base = method.replace("-raw", "")
-    key = {"a-reinforce": "reinforce", "b-greedy": "greedy", "c-scored": "scored"}.get(base)
-    if key:
-        return "/".join(f"{t['public_selection'][key]['seconds']:.0f}" for t in tasks.values())
-    if method == "d-private":
-        vals = [p["vote_seconds"] for t in tasks.values() for p in t["private_selection"].values()]
-        return f"{np.mean(vals):.1f} (votes, mean)"
-    return "—" if method.startswith("d-abl") else "0"
-
-
-def _markdown_intro(cfg, tasks) -> list[str]:
-    return [
-        "# Head selection on the embedded benchmark (issue 4)",
-        "",
-        f"Tasks: {', '.join(t + (' (held-out)' if tasks[t]['held_out'] else '') for t in cfg['tasks'])}; "
-        f"seeds {cfg['seeds']}; N = {cfg['records']} private records per task, s = {cfg['shots']} per chunk "
-        f"(m = {cfg['records'] // cfg['shots']}); {cfg['test_queries']} test queries per task; "
-        f"δ = {DELTA:g}, replace-one. "
-        f"Public selection on {cfg['public_records']} public records per task (seed {PUBLIC_SEED}), "
-        f"REINFORCE {cfg['reinforce_steps']} steps; scored k = greedy's own count per task; "
-        f"private: k = k' = {PRIVATE_K}, ε_sel = {cfg['selection_fraction']:g}·ε, sequential composition. "
-        "Accuracy = mean over tasks per seed, then mean ± 95% "
-        "t-interval over seeds. Heads and selection seconds are per task, in task order; `=` marks a "
-        "search's own set that the best-of contest kept (same heads as the row above; separate noise draws).",
-        "",
-    ]
-
-
-def _markdown_summary_table(cell, tasks, eps_list) -> list[str]:
-    lines = [
-        "| method | heads | selection s | MTV (non-private) | "
-        + " | ".join(f"ε = {e:g}" for e in eps_list)
-        + " |",
-        "|---|---|---|---|" + "---|" * len(eps_list),
-    ]
-    for method in ORDER:
-        if not any(k[0] == method for k in cell):
-            continue
-        mtv = _cell_text(cell, method, None)
-        cols = (
-            [_cell_text(cell, method, e) for e in eps_list]
-            if method != "zero-shot"
-            else ["—"] * len(eps_list)
-        )
-        heads, seconds = _heads_column(tasks, method), _seconds_column(tasks, method)
-        lines.append(f"| {METHOD_LABELS[method]} | {heads} | {seconds} | {mtv} | " + " | ".join(cols) + " |")
-    return lines
-
-
-def _markdown_per_task(cfg, tasks) -> list[str]:
-    lines = [
-        "",
-        "Per task at ε = 1 (mean over seeds; MTV non-private in brackets):",
-        "",
-        "| method | " + " | ".join(cfg["tasks"]) + " |",
-        "|---|" + "---|" * len(cfg["tasks"]),
-    ]
-    for method in ORDER:
-        if method == "zero-shot":
-            vals = [f"{t['accuracy'].get('zero-shot|None', float('nan')):.3f}" for t in tasks.values()]
-        else:
-            vals = [
-                f"{t['accuracy'].get(method + '|1.0', math.nan):.3f}"
-                + (f" ({t['accuracy'][method + '|None']:.3f})" if method + "|None" in t["accuracy"] else "")
-                for t in tasks.values()
-            ]
-        lines.append(f"| {METHOD_LABELS[method]} | " + " | ".join(vals) + " |")
-    return lines
-
-
-def _markdown_head_sets(tasks) -> list[str]:
-    lines = ["", "Head sets (layers: heads per layer) and best-of winners:", ""]
-    for name, t in tasks.items():
-        parts = [
-            f"{method} {t['head_sets'][method]['count']} {t['head_sets'][method]['per_layer']}"
-            for method in ORDER
-            if method in t["head_sets"]
-        ]
-        chosen = {k: v["chosen_by_best_of"] for k, v in t["public_selection"].items()}
-        lines.append(f"- **{name}**: " + "; ".join(parts) + f"; best-of chose {chosen}")
-    return lines
-
-
-def markdown(result) -> str:
-    cfg, summary, tasks = result["config"], result["summary"], result["tasks"]
-    eps_list = cfg["epsilons"]
-    cell = {(r["method"], r["epsilon"]): r for r in summary}
-    lines = _markdown_intro(cfg, tasks) + _markdown_summary_table(cell, tasks, eps_list)
-    lines += _markdown_per_task(cfg, tasks) + _markdown_head_sets(tasks)
-    lines += [
-        "",
-        "Private selection: mean overlap of the noisy top-10 with the exact top-10 of the votes: "
-        + ", ".join(f"ε = {e:g}: {result['private_overlap'][str(e)]:.2f}" for e in eps_list),
-        "",
-    ]
-    cc = result.get("cross_check")
-    if cc:
-        lines.append(f"Cross-check with `build_task_vector` (σ at ε = 1): agree = {cc['agree']}.")
-    lines += [
-        "",
-        f"Wall time {result['seconds']:.0f} s ({result['machine']}). Command: `{result['command']}`",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def shared_setup(loaded, args, epsilons) -> dict:

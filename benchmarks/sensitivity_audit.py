@@ -41,17 +41,8 @@ CONFIGS = (
 )  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=96)
-    parser.add_argument("--partitions", type=int, default=10)
-    parser.add_argument("--neighbours", type=int, default=4)
-    parser.add_argument("--l2-clip-norm", type=float, default=0.05)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sensitivity_audit.json"))
-    parser.add_argument("--configs", default=",".join(CONFIGS[:3]), help=f"comma-separated, of {CONFIGS}")
-    args = parser.parse_args()
-    loaded = load_model("embedded")
-    heads = parse_head_spec("all", loaded.adapter.geometry)
+def audit_configs(args: argparse.Namespace) -> dict[str, tuple]:
+    """Each audited configuration: (privacy unit, relation, records, settings over the base)."""
     task = next(t for t in task_suite() if t.name == "is_big")
     records = [
         dataclasses.replace(r, has_explicit_id=True)
@@ -62,7 +53,6 @@ def main() -> None:
     user_records += [
         dataclasses.replace(r, record_id=f"heavy-{i}", user_id="heavy") for i, r in enumerate(heavy)
     ]
-    base = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(args.l2_clip_norm,), shots_per_chunk=4, progress=False)
     clip = PrivateClipSettings(epsilon_fraction=0.2, utility="log-loss")
     candidates = PrivateSelectionSettings(
         k=8, method="candidates", utility="probability", selection_fraction=0.3
@@ -71,7 +61,7 @@ def main() -> None:
     released = PrivateSelectionSettings(
         k=1, method="candidates", utility="released-probability", selection_fraction=0.1
     )
-    configs = {
+    return {
         "record-replace-one": ("record", "replace-one", records, {}),
         "record-add-remove-one": ("record", "add-remove-one", records, {"num_chunks": args.records // 4}),
         "user": ("user", "add-remove-one", user_records, {"num_chunks": 16, "max_records_per_user": 2}),
@@ -88,6 +78,21 @@ def main() -> None:
             {"private_selection": released, "private_clip": clip, "l2_clip_norm": (1.0,)},
         ),
     }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=96)
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--neighbours", type=int, default=4)
+    parser.add_argument("--l2-clip-norm", type=float, default=0.05)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sensitivity_audit.json"))
+    parser.add_argument("--configs", default=",".join(CONFIGS[:3]), help=f"comma-separated, of {CONFIGS}")
+    args = parser.parse_args()
+    loaded = load_model("embedded")
+    heads = parse_head_spec("all", loaded.adapter.geometry)
+    configs = audit_configs(args)
+    base = dict(epsilon=1.0, delta=1e-5, l2_clip_norm=(args.l2_clip_norm,), shots_per_chunk=4, progress=False)
     rows, rounds, chosen, started = [], [], {}, time.perf_counter()
     for name in args.configs.split(","):
         unit, relation, data, extra = configs[name]

@@ -132,88 +132,12 @@ def pipeline(tmp: Path, options) -> dict:
 
 # ---------------------------------------------------------------- workers
 def workers(tmp: Path, options) -> dict:
-    import dataclasses
+    """Build extraction and private selection's votes on 1 and 2 Ray workers (suite_workers.py)."""
+    from suite_workers import worker_rates
 
-    import ray
-
-    from dpmtv.data import load_records
-    from dpmtv.data.synthetic import write_colour_records
-    from dpmtv.distributed import RayExecutor
-    from dpmtv.forward.executor import LocalExecutor, ModelSource
-    from dpmtv.heads import parse_head_spec
-    from dpmtv.models.loading import load_model
-    from dpmtv.pipeline.build import reference_activations
-    from dpmtv.pipeline.plan import plan_layout
-    from dpmtv.pipeline.tasks import ChunkJob, ClippedSum
-    from dpmtv.selection import chunk_votes
-
-    shots, chunks = 8, options.worker_chunks
-    loaded = load_model("embedded", device=options.device, dtype=options.dtype)
-    records = load_records(write_photo_records(tmp / "wphotos", shots * chunks, seed=1))
-    heads = parse_head_spec("all", loaded.adapter.geometry)
-    settings = dataclasses.replace(_settings(shots), max_prompt_tokens=None)
-    layout = plan_layout(loaded, records, heads, settings)
-    from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
-
-    settings = dataclasses.replace(
-        settings, max_prompt_tokens=resolve_max_prompt_tokens(loaded.adapter, None)
-    )
-    job = ChunkJob(heads, settings, reference_activations(loaded, heads, settings), layout.l2_clip_norms)
-    task = ClippedSum(job)
-    part = layout.release_part
-    out = {"model": "embedded", "chunks": part.num_chunks, "shots": shots}
-    default_threads = torch.get_num_threads()
-    LocalExecutor().run(loaded, records, part, task)  # warm-up
-    for threads in sorted({default_threads, 1}, reverse=True):
-        torch.set_num_threads(threads)
-        started = time.perf_counter()
-        LocalExecutor().run(loaded, records, part, task)
-        out[f"local_torch_threads_{threads}_chunks_per_s"] = part.num_chunks / (time.perf_counter() - started)
-    torch.set_num_threads(default_threads)
-    # 3 logical CPUs: the 1-worker and the 2-worker pools stay up together, so their timed passes
-    # alternate (1, 2, 1, 2, ...) and the machine's other load hits both alike
-    ray.init(num_cpus=3, include_dashboard=False, logging_level="WARNING")
-    source = ModelSource("embedded", device=options.device, dtype=options.dtype)
-    try:
-        gpus = 0.3 if options.device.startswith("cuda") else 0.0  # three actors share one GPU
-        pools = {
-            count: RayExecutor(source, workers=count, chunks_per_batch=2, gpus_per_worker=gpus)
-            for count in (1, 2)
-        }
-        # private selection's votes (forward + backward per chunk) on the same actors, on records
-        # whose answers the embedded model's vocabulary spells (the photos' 'colour N' it cannot)
-        voters = load_records(write_colour_records(tmp / "votes", shots * options.vote_chunks, seed=3))
-        vote_chunks = [voters[start : start + shots] for start in range(0, len(voters), shots)]
-        for executor in pools.values():  # warm-up: actors load the model
-            executor.run(loaded, records, part, task)
-            chunk_votes(loaded, vote_chunks[:4], max_votes_per_chunk=8, progress=False, executor=executor)
-        runs = {("build", 1): [], ("build", 2): [], ("votes", 1): [], ("votes", 2): []}
-        loads = []
-        for _ in range(options.worker_repeats):
-            for count, executor in pools.items():
-                loads.append(os.getloadavg()[0])
-                started = time.perf_counter()
-                executor.run(loaded, records, part, task)
-                runs["build", count].append(part.num_chunks / (time.perf_counter() - started))
-                started = time.perf_counter()
-                chunk_votes(loaded, vote_chunks, max_votes_per_chunk=8, progress=False, executor=executor)
-                runs["votes", count].append(len(vote_chunks) / (time.perf_counter() - started))
-        for executor in pools.values():
-            executor.close()
-        for (work, count), values in runs.items():
-            name = f"workers_{count}" if work == "build" else f"votes_workers_{count}"
-            out[name] = {"chunks_per_s_best": max(values), "chunks_per_s_all": values}
-        out["load_average_1min_during"] = [min(loads), max(loads)]
-    finally:
-        ray.shutdown()
-    for prefix in ("", "votes_"):
-        best = {count: out[f"{prefix}workers_{count}"]["chunks_per_s_best"] for count in (1, 2)}
-        out[f"{prefix}speedup_2_over_1"] = best[2] / best[1]
-    out["vote_chunks"] = len(vote_chunks)
-    out["note"] = ("Ray actors with 1 CPU each (torch uses 1 thread per actor); the local loop is "
-                   "timed at the default torch threads and at 1. All after a warm-up pass. 'votes': "
-                   "private head selection's per-chunk votes on the same actors.")  # fmt: skip
-    return out
+    shots = 8
+    photos = write_photo_records(tmp / "wphotos", shots * options.worker_chunks, seed=1)
+    return worker_rates(photos, _settings(shots), tmp, options)
 
 
 # ---------------------------------------------------------------- memory

@@ -270,7 +270,7 @@ def select_for_task(adapter, task, seed: int, rng, *, deciding_weight: float) ->
     return select(adapter, {task.name: rows}, {task.name: dev}, {task.name: val}, rng)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", type=Path, default=checkpoint_path())
     parser.add_argument("--seed", type=int, default=PUBLIC_SEED)
@@ -280,7 +280,11 @@ def main() -> None:
         default=DECIDING_WEIGHT,
         help="share of each score carried by public queries in the task's deciding cells",
     )
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     torch.manual_seed(0)
     started = time.time()
     loaded = load_model(args.checkpoint)

@@ -82,6 +82,14 @@ def test_privacy_imports_no_model_or_forward_code():
             assert not {_wing(t) for t in targets} - {"privacy", "errors"}, module
 
 
+def test_the_artifact_imports_no_forward_code():
+    """The released file is read without torch: inference turns it into the hooks' patches."""
+    graph = import_graph()
+    for module, targets in graph.items():
+        if _wing(module) == "artifact":
+            assert "forward" not in {_wing(t) for t in targets}, module
+
+
 def test_the_check_sees_an_upward_import():
     graph = {"dpmtv.models.embedded": {"dpmtv.embedded.suite"}, "dpmtv.embedded.suite": set()}
     assert upward_imports(graph) == [("dpmtv.models.embedded", "dpmtv.embedded.suite")]

@@ -1,4 +1,5 @@
-"""Small modules with one job: no file in ``src/`` over 450 lines and no function over 60.
+"""Small modules with one job: no file in ``src/``, ``benchmarks/`` or ``scripts/`` over 450 lines
+and no function over 60.
 
 Each exception is named with the reason it stands; remove it when its file is split (an
 exception that no longer exceeds the limit fails the test, so the list cannot go stale)."""
@@ -11,21 +12,27 @@ from pathlib import Path
 import dpmtv
 
 SRC = Path(dpmtv.__file__).parent
+REPO = Path(__file__).resolve().parents[1]
+# the package (named relative to src/dpmtv), then the measurement and training code beside it
+# (named from the repository root: benchmarks/..., scripts/...)
+ROOTS = (SRC, REPO / "benchmarks", REPO / "scripts")
 MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
-# path relative to src/dpmtv -> why it is over the limit for now
+# name -> why it is over the limit for now
 FILE_EXCEPTIONS: dict[str, str] = {}
-# "path:function" -> why
-FUNCTION_EXCEPTIONS: dict[str, str] = {}
+# "name:function" -> why
+FUNCTION_EXCEPTIONS: dict[str, str] = {
+    "benchmarks/embedded_vector_probe.py:main": "a recorded probe, from before the guard covered benchmarks/",
+}
 
 
 def _sources():
-    return sorted(SRC.rglob("*.py"))
+    return sorted(path for root in ROOTS for path in root.rglob("*.py"))
 
 
 def _name(path: Path) -> str:
-    return path.relative_to(SRC).as_posix()
+    return path.relative_to(SRC).as_posix() if path.is_relative_to(SRC) else path.relative_to(REPO).as_posix()
 
 
 def _long_functions():

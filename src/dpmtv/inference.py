@@ -12,7 +12,7 @@ from dpmtv.artifact.vector import TaskVector
 from dpmtv.data.prompts import Example, Prompt, zero_shot
 from dpmtv.errors import ParameterError
 from dpmtv.forward.extract import iter_batches
-from dpmtv.forward.hooks import PatchMode, overwrite_heads
+from dpmtv.forward.hooks import LayerPatch, PatchMode, layer_patches, overwrite_heads
 from dpmtv.models.base import ModelAdapter
 from dpmtv.models.fingerprint import model_identity
 from dpmtv.models.loading import LoadedModel
@@ -37,8 +37,14 @@ def apply(
     vector.check_model(model_identity(adapter, name))
     if mode is None:
         mode = model.patch_mode if isinstance(model, LoadedModel) else PatchMode.EVERY_CALL
-    with overwrite_heads(adapter, vector.layer_patches(), mode=PatchMode(mode)):
+    with overwrite_heads(adapter, vector_patches(vector), mode=PatchMode(mode)):
         yield adapter
+
+
+def vector_patches(vector: TaskVector) -> dict[int, LayerPatch]:
+    """Per-layer overwrite values for :func:`~dpmtv.forward.hooks.overwrite_heads`: the vector's
+    rows through :func:`~dpmtv.forward.hooks.layer_patches`, the one conversion."""
+    return layer_patches(vector.rows_per_layer(), vector.heads)
 
 
 def answer_queries(

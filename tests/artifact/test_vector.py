@@ -12,7 +12,6 @@ from dpmtv.heads import parse_head_spec
 from dpmtv.inference import apply
 from dpmtv.models.loading import load_model
 from dpmtv.pipeline.build import BuildSettings, build_task_vector
-from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +56,8 @@ def test_truncated_or_garbage_files_are_refused(artifact, tmp_path):
         load_task_vector(tmp_path / "missing.safetensors")
 
 
-def test_other_model_is_refused_naming_the_field(artifact, tmp_path):
-    other = load_model(build_tiny_checkpoint("llava", tmp_path / "other", seed=1))
+def test_other_model_is_refused_naming_the_field(artifact, tiny_checkpoint):
+    other = load_model(tiny_checkpoint("llava", seed=1))
     vector = load_task_vector(artifact)
     with pytest.raises(ModelMismatchError, match="field 'attention_weights_sha256' differs"):
         with apply(other, vector):
@@ -84,23 +83,17 @@ def test_failed_write_leaves_no_file(artifact, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_layer_patches_follow_the_head_order(artifact):
+def test_vector_patches_follow_the_head_order(artifact):
+    from dpmtv.inference import vector_patches
+
     vector = load_task_vector(artifact)
-    patches = vector.layer_patches()
+    patches = vector_patches(vector)
     assert sorted(patches) == [0, 1]
     assert patches[0].heads.tolist() == [1] and patches[1].heads.tolist() == [2]
     np.testing.assert_array_equal(patches[1].values.numpy(), vector.values[1:2])
-
-
-def test_patches_is_a_deprecated_name_of_layer_patches(artifact):
-    vector = load_task_vector(artifact)
-    with pytest.warns(DeprecationWarning, match="layer_patches"):
-        old = vector.patches()
-    new = vector.layer_patches()
-    assert sorted(old) == sorted(new)
-    for layer in new:
-        assert old[layer].heads.tolist() == new[layer].heads.tolist()
-        np.testing.assert_array_equal(old[layer].values.numpy(), new[layer].values.numpy())
+    rows = vector.rows_per_layer()
+    assert sorted(rows) == [0, 1]
+    np.testing.assert_array_equal(rows[1], vector.values[1:2])
 
 
 def test_layer_patch_from_flat_or_per_head_rows_is_the_same_patch():

@@ -164,25 +164,3 @@ def test_heads_chosen_on_the_release_from_the_command_line(tiny_llava_path, reco
         forged = _edited(out, tmp_path / f"{edit.__name__}.safetensors", edit, rehash=True)
         with pytest.raises(ArtifactIntegrityError, match=r"privacy\.accounting_events"):
             load_task_vector(forged)
-
-
-@pytest.mark.parametrize(
-    ("unit", "composition", "utility", "fraction"),
-    [
-        ("record", "sequential", "released-probability", 0.1),
-        ("user", "sequential", "noisy-probability", 0.3),  # a user's records would each add a term
-        ("record", "parallel", "noisy-probability", 0.3),  # the release of every chunk: sequential
-    ],
-)
-def test_the_candidates_default_utility_is_the_release_where_it_can_run(
-    tiny_llava, unit, composition, utility, fraction
-):
-    from dpmtv.cli.build import private_selection_settings
-
-    params = {
-        "private_selection": "candidates", "select_k": 8, "select_pool": "all", "selection_fraction": None,
-        "selection_composition": composition, "selection_candidates": "layer-groups",
-        "selection_utility": None, "privacy_unit": unit,
-    }  # fmt: skip
-    settings = private_selection_settings(tiny_llava, params)
-    assert (settings.utility, settings.selection_fraction) == (utility, fraction)

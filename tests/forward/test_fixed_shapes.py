@@ -27,7 +27,6 @@ from dpmtv.pipeline.private_batching import fixed_shape_of, resolve_private_batc
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows, iter_clipped_chunks
 from dpmtv.privacy import Partition, parse_l2_clip_norms
 from dpmtv.privacy.partition import SparseChunks
-from dpmtv.testing import build_tiny_checkpoint
 from tests.conftest import TEST_DEVICE
 
 SHOTS, NUM_CHUNKS, ROWS = 3, 4, 4  # every chunk in one pass of 4 rows
@@ -115,10 +114,10 @@ class _PassSizes:
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def family_path(request, tmp_path_factory):
+def family_path(request, tiny_checkpoint):
     if request.param == "embedded":
         return "embedded", ["red", "green", "blue", "yellow"]
-    path = build_tiny_checkpoint(request.param, tmp_path_factory.mktemp(request.param))
+    path = tiny_checkpoint(request.param)
     return str(path), ["thing", "other", "cat"]
 
 
@@ -185,7 +184,7 @@ def test_a_query_past_the_budget_gives_a_zero_row_and_moves_no_other_row(tiny_ll
             np.testing.assert_array_equal(after[chunk][layer], before[chunk][layer])
 
 
-def test_fixed_shapes_need_a_family_that_allows_them_and_a_dummy_that_fits(embedded, tmp_path):
+def test_fixed_shapes_need_a_family_that_allows_them_and_a_dummy_that_fits(embedded, tiny_checkpoint):
     loaded, words = embedded
     budget = _budget(loaded, words)
     assert resolve_private_batch_size(loaded.adapter, _settings(budget, rows=None)) == 16  # default
@@ -195,7 +194,7 @@ def test_fixed_shapes_need_a_family_that_allows_them_and_a_dummy_that_fits(embed
     assert resolve_private_batch_size(loaded.adapter, no_budget) == 1  # padding to the position limit
     assert resolve_private_batch_size(loaded.adapter, _settings(8, rows=4)) == 1  # the dummy needs more
     assert fixed_shape_of(loaded.adapter, _settings(8, rows=4)) is None
-    qwen = load_model(build_tiny_checkpoint("qwen2_vl", tmp_path / "qwen"), device=TEST_DEVICE)
+    qwen = load_model(tiny_checkpoint("qwen2_vl"), device=TEST_DEVICE)
     assert resolve_private_batch_size(qwen.adapter, _settings(4096, rows=4)) == 1  # sizes images by content
 
 

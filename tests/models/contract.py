@@ -15,7 +15,6 @@ from dpmtv.data.prompts import Example, Prompt
 from dpmtv.forward.hooks import LayerPatch, PatchMode, capture_last_token, overwrite_heads
 from dpmtv.models.loading import load_model
 from dpmtv.models.registry import family_entry
-from dpmtv.testing import build_tiny_checkpoint
 from tests.conftest import TEST_DEVICE
 
 
@@ -41,9 +40,8 @@ class AdapterContract:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def loaded(cls, tmp_path_factory):
-        path = build_tiny_checkpoint(cls.family, tmp_path_factory.mktemp(cls.family))
-        return load_model(path, device=TEST_DEVICE)
+    def loaded(cls, tiny_checkpoint):
+        return load_model(tiny_checkpoint(cls.family), device=TEST_DEVICE)
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -10,7 +10,6 @@ import torch
 
 from dpmtv.forward.hooks import LayerPatch, capture_last_token, overwrite_heads
 from dpmtv.models.generic import GenericAdapter
-from dpmtv.testing import build_tiny_checkpoint
 
 
 class ModelOnlyContract:
@@ -18,10 +17,10 @@ class ModelOnlyContract:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def adapter(cls, tmp_path_factory):
+    def adapter(cls, tiny_checkpoint):
         from transformers import AutoModelForImageTextToText
 
-        path = build_tiny_checkpoint(cls.family, tmp_path_factory.mktemp(cls.family))
+        path = tiny_checkpoint(cls.family)
         model = AutoModelForImageTextToText.from_pretrained(path).eval()
         return GenericAdapter(model, processor=None)
 

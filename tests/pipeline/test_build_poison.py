@@ -35,7 +35,6 @@ from dpmtv.pipeline.plan import plan_layout
 from dpmtv.pipeline.private_batching import resolve_private_batch_size
 from dpmtv.pipeline.tasks import ChunkJob, ClippedRows
 from dpmtv.selection.private import chunk_head_scores
-from dpmtv.testing import build_tiny_checkpoint
 from tests.cli.test_cli_ledger import _build, _init, _show, forward_calls  # noqa: F401
 from tests.conftest import write_records
 
@@ -80,8 +79,8 @@ def test_blank_answers_refuse_a_private_selection_build_before_its_charge(
 
 
 @pytest.fixture(scope="module")
-def tiny_qwen(tmp_path_factory):
-    return load_model(build_tiny_checkpoint("qwen2_vl", tmp_path_factory.mktemp("tiny-qwen2-vl")))
+def tiny_qwen(tiny_checkpoint):
+    return load_model(tiny_checkpoint("qwen2_vl"))
 
 
 def _settings(**extra) -> BuildSettings:

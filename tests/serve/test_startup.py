@@ -12,7 +12,6 @@ from dpmtv.cli import main
 from dpmtv.cli.serve import check_bind
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError, ParameterError
 from dpmtv.serve import load_served_model, model_name, parse_vector_spec
-from dpmtv.testing import build_tiny_checkpoint
 
 
 @pytest.fixture
@@ -30,8 +29,8 @@ def test_a_tampered_vector_is_refused_with_its_name_and_reason(tiny_llava_path, 
         load_served_model(str(tiny_llava_path), [("bad", tampered_vector)])
 
 
-def test_a_vector_for_another_model_is_refused(served_vectors, tmp_path):
-    other = build_tiny_checkpoint("llava", tmp_path / "other", seed=1)
+def test_a_vector_for_another_model_is_refused(served_vectors, tiny_checkpoint):
+    other = tiny_checkpoint("llava", seed=1)
     with pytest.raises(ModelMismatchError, match=r"vector 'colour' refused: .*attention_weights_sha256"):
         load_served_model(str(other), [("colour", served_vectors["colour"])])
 

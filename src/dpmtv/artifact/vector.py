@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +38,8 @@ from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 
-if TYPE_CHECKING:  # torch loads on first use: `dpmtv inspect` never needs it
+if TYPE_CHECKING:
     from dpmtv.artifact.signature import Signer
-    from dpmtv.forward.hooks import LayerPatch
 
 FORMAT_VERSION = 3
 _HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
@@ -113,25 +111,13 @@ class TaskVector:
     reference: np.ndarray | None = None  # (K, d), public
     signer: Signer | None = None  # set when loaded with trusted keys: who signed the file
 
-    def layer_patches(self) -> dict[int, LayerPatch]:
-        """Per-layer overwrite values for :func:`dpmtv.forward.hooks.overwrite_heads`: the vector's rows
-        through :func:`dpmtv.forward.hooks.layer_patches`, the one conversion."""
-        from dpmtv.forward.hooks import layer_patches  # torch on first use
-
+    def rows_per_layer(self) -> dict[int, np.ndarray]:
+        """The vector's rows by layer, in the head set's order: ``(heads in the layer, d)`` each.
+        :func:`dpmtv.inference.vector_patches` turns them into the hooks' patches."""
         layers = [layer for layer, _ in self.heads.pairs]
-        rows = {
+        return {
             layer: self.values[[i for i, x in enumerate(layers) if x == layer]] for layer in self.heads.layers
         }
-        return layer_patches(rows, self.heads)
-
-    def patches(self) -> dict[int, LayerPatch]:
-        """Deprecated (0.1.0's name): :meth:`layer_patches`."""
-        warnings.warn(
-            "TaskVector.patches() is deprecated; use TaskVector.layer_patches()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.layer_patches()
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Refuse a model whose identity differs from the one the vector was built for."""

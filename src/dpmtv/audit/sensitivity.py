@@ -30,16 +30,16 @@ chunks' forward passes, which may run on Ray workers (``executor``, :mod:`dpmtv.
 the build's extraction, per chunk, with the driver's coverage check). Nothing here is released:
 the means stay in memory.
 
-The rounds before the release (issue 28). A build with ``--l2-clip-norm private`` or private
-head selection (``--private-selection candidates|votes``; both: the private-only build) runs
-data-dependent exponential-mechanism rounds first. For each, the audit measures the round's
-utility vector (one score per candidate: clip multiplier, candidate head set, pool head) on ``D``
-and on every ``D'``, with the same seeded coupling, and reports
-``ratio = max_candidate |u(D) − u(D')| / Δ∞``, ``Δ∞`` the sensitivity the round's noise is
-calibrated for — again a worst-case bound, ``<= 1`` for every pair. The heads and C the rounds
-choose on ``D`` (with the partition's seed, by the build's own functions) are held fixed for
-``D``'s neighbours, so the release ratio of a private-C build is at the C chosen on ``D``
-(recorded per partition in the report). :mod:`dpmtv.audit._build_path` runs the build's pieces.
+The rounds before the release (docs/design.md §2, "The sensitivity audit"). A build with
+``--l2-clip-norm private`` or private head selection (``--private-selection candidates|votes``;
+both: the private-only build) runs data-dependent exponential-mechanism rounds first. For each, the
+audit measures the round's utility vector (one score per candidate: clip multiplier, candidate head
+set, pool head) on ``D`` and on every ``D'``, with the same seeded coupling, and reports ``ratio =
+max_candidate |u(D) − u(D')| / Δ∞``, ``Δ∞`` the sensitivity the round's noise is calibrated for —
+again a worst-case bound, ``<= 1`` for every pair. The heads and C the rounds choose on ``D`` (with
+the partition's seed, by the build's own functions) are held fixed for ``D``'s neighbours, so the
+release ratio of a private-C build is at the C chosen on ``D`` (recorded per partition in the
+report). :mod:`dpmtv.audit._build_path` runs the build's pieces.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """``dpmtv audit --sensitivity`` of a build with private rounds: the build's options for private
 head selection (``--heads-from private``) and a private clip norm (``--l2-clip-norm private``),
-with the build's defaults, turned into settings by the build's own functions."""
+with the build's defaults, turned into settings by the functions the build uses."""
 
 from __future__ import annotations
 
 import click
 
+from dpmtv.cli._private_rounds import private_clip_settings, private_selection_settings
 from dpmtv.errors import ParameterError
 from dpmtv.pipeline.defaults import (
     CLIP_UTILITIES,
@@ -45,17 +46,18 @@ _OPTIONS = [
     click.option(
         "--selection-candidates",
         type=click.Choice(["layer-subsets", "layer-blocks", "layer-groups"]),
-        default="layer-subsets",
+        default="layer-groups",
         show_default=True,
         help=_SENSITIVITY + "--private-selection candidates' public list.",
     ),
     click.option(
         "--selection-utility",
-        type=click.Choice(["correct", "probability", "released-probability"]),
-        default="probability",
-        show_default=True,
-        help=_SENSITIVITY + "--private-selection candidates' per-chunk utility (released-probability: "
-        "every record's, on the pool's release; the audit fixes that release at D's un-noised mean).",
+        type=click.Choice(
+            ["correct", "probability", "noisy-correct", "noisy-probability", "released-probability"]
+        ),
+        help=_SENSITIVITY + "--private-selection candidates' per-chunk utility [default: as for build] "
+        "(released-probability: every record's, on the pool's release; the audit fixes that release at "
+        "D's un-noised mean; noisy-: the audit adds no noise, a fixed noise for which the bound holds).",
     ),
     click.option(
         "--epsilon",
@@ -106,7 +108,6 @@ def round_options(function):
 def round_settings(loaded, options) -> dict:
     """The settings fields of the rounds the options ask for: ``private_selection``,
     ``private_clip``, ``l2_clip_norm`` (provisional with a private C, as the build's) and ``epsilon``."""
-    from dpmtv.cli.build import private_clip_settings, private_selection_settings
 
     clip = options["l2_clip_norm"]
     if clip == "auto":

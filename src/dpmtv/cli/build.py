@@ -25,6 +25,7 @@ from dpmtv.cli._output_path import (
     check_output_space,
     prepare_output_folder,
 )
+from dpmtv.cli._private_rounds import private_clip_settings, private_selection_settings
 from dpmtv.cli._ray import check_ray_installed, ray_executor
 from dpmtv.cli.budget import resolve_build_ledger
 from dpmtv.errors import DistributedError, DpmtvError, ParameterError
@@ -286,45 +287,6 @@ def _explain_failure(charge: BuildCharge | None, exc: BaseException) -> None:
         err_console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
 
-def private_clip_settings(options):
-    """``--l2-clip-norm private``'s round, from the --clip-* options (also ``dpmtv audit``'s)."""
-    from dpmtv.pipeline.settings import PrivateClipSettings
-
-    return PrivateClipSettings(
-        epsilon_fraction=options["clip_epsilon_fraction"],
-        quantile=options["clip_quantile"],
-        utility=options["clip_utility"],
-        tolerance=options["clip_tolerance"],
-    )
-
-
-def private_selection_settings(loaded, params):
-    """``--heads-from private``'s selection, from the --select-*/--selection-* options (also
-    ``dpmtv audit``'s)."""
-    from dpmtv.pipeline.settings import PrivateSelectionSettings
-
-    candidates = params["private_selection"] == "candidates"
-    if not candidates:
-        _check_select_k(params["select_k"], params["select_pool"], loaded.adapter.geometry)
-    utility = params["selection_utility"] or _default_utility(params)
-    return PrivateSelectionSettings(
-        k=params["select_k"],
-        selection_fraction=_selection_fraction(params["selection_fraction"], candidates, utility),
-        composition=params["selection_composition"],
-        pool=params["select_pool"],
-        method=params["private_selection"],
-        candidates=params["selection_candidates"],
-        utility=utility,
-    )
-
-
-def _default_utility(params) -> str:
-    """The choice on the release (docs/design.md §3), except where it cannot run: at user level
-    (a user's records would each add a term) and with parallel halves."""
-    chunk_utility = params.get("privacy_unit") == "user" or params["selection_composition"] == "parallel"
-    return "noisy-probability" if chunk_utility else "released-probability"
-
-
 def _heads(loaded, params):
     """(head set, how it was chosen, private selection settings): --heads or --heads-from."""
     from dpmtv.selection.resolve import resolve_heads
@@ -344,19 +306,6 @@ def _heads(loaded, params):
     return heads, head_selection, None
 
 
-def _selection_fraction(given: float | None, candidates: bool, utility: str) -> float:
-    """--selection-fraction, or the method's default (docs/design.md §3)."""
-    from dpmtv.privacy import noisy_top_k as defaults
-
-    if given is not None:
-        return given
-    if not candidates:
-        return defaults.DEFAULT_SELECTION_FRACTION
-    if utility.startswith("released-"):
-        return defaults.DEFAULT_RELEASED_SELECTION_FRACTION
-    return defaults.DEFAULT_CANDIDATE_SELECTION_FRACTION
-
-
 def _most_selected_heads(loaded, settings) -> int:
     """The most heads a private selection can release: k, or a candidate's whole pool."""
     from dpmtv.heads import parse_head_spec
@@ -365,17 +314,6 @@ def _most_selected_heads(loaded, settings) -> int:
     if selection.method == "candidates":
         return len(parse_head_spec(selection.pool, loaded.adapter.geometry).pairs)
     return selection.k
-
-
-def _check_select_k(k: int, pool_spec: str, geometry) -> None:
-    """k heads are picked from the pool: 1 <= k <= its size (0 used to fail deep in Δ)."""
-    from dpmtv.heads import parse_head_spec
-
-    pool = len(parse_head_spec(pool_spec, geometry).pairs)
-    if not 1 <= k <= pool:
-        raise ParameterError(
-            f"--select-k must be between 1 and {pool} (the heads in --select-pool {pool_spec!r}), got {k}"
-        )
 
 
 def _check_public_inputs(records, options):

@@ -73,7 +73,7 @@ def _split_folder(path: Path) -> Path:
     if len(loaded) != 1:
         splits = ", ".join(loaded)
         raise RecordError(f"'{path}' holds {len(loaded)} splits ({splits}); point at one split's folder")
-    return path / next(iter(loaded))
+    return path / str(next(iter(loaded)))
 
 
 @functools.lru_cache(maxsize=8)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -42,9 +43,9 @@ class Prompt:
         return [im for ex in (*self.demonstrations, self.query) for im in ex.images]
 
 
-def chat_messages(prompt: Prompt) -> list[dict]:
+def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
     """The prompt as chat messages in the structure transformers' chat templates expect."""
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     for demo in prompt.demonstrations:
         messages.append(_user_turn(demo))
         messages.append({"role": "assistant", "content": [{"type": "text", "text": demo.answer}]})
@@ -52,8 +53,8 @@ def chat_messages(prompt: Prompt) -> list[dict]:
     return messages
 
 
-def _user_turn(example: Example) -> dict:
-    content: list[dict] = [{"type": "image"} for _ in example.images]
+def _user_turn(example: Example) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in example.images]
     content.append({"type": "text", "text": example.question})
     return {"role": "user", "content": content}
 

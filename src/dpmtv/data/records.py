@@ -250,7 +250,7 @@ def _readable(source: Path | bytes | DatasetImage, where: str, index: int) -> It
 
 
 @contextlib.contextmanager
-def _pixel_limit():
+def _pixel_limit() -> Iterator[None]:
     """Pillow's decompression-bomb limit, raised (or lowered) by ``DPMTV_MAX_IMAGE_PIXELS``; an
     image over twice the limit raises, so the limit given is applied as Pillow's half-limit."""
     value = os.environ.get(MAX_IMAGE_PIXELS_VARIABLE)

@@ -14,9 +14,9 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ def prefetched(
             yield item
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpmtv-prefetch") as pool:
-        futures: deque = deque()
+        futures: deque[Future[Any]] = deque()
         submitted = 0
         try:
             while futures or submitted < count:

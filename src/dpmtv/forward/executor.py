@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dpmtv.data.records import Record
 from dpmtv.privacy import Partition
+
+if TYPE_CHECKING:
+    from dpmtv.models.loading import LoadedModel
 
 __all__ = [
     "ChunkTask",
@@ -35,7 +38,7 @@ class ModelSource:
     adapter_spec: str | None = None
     trust_remote_code: bool = False
 
-    def load(self):
+    def load(self) -> LoadedModel:
         from dpmtv.models.loading import load_model
 
         return load_model(
@@ -63,7 +66,9 @@ class ChunkTask(Protocol):
     @property
     def description(self) -> str: ...  # for the progress bar
 
-    def run(self, loaded, records: Sequence[Record], partition: Partition, *, progress: bool) -> Any: ...
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> Any: ...
 
     def combine(self, results: list[Any]) -> Any: ...
 
@@ -75,7 +80,13 @@ class Executor(Protocol):
     workers: int
 
     def run(
-        self, loaded, records: Sequence[Record], partition: Partition, task: ChunkTask, *, progress: bool
+        self,
+        loaded: LoadedModel,
+        records: Sequence[Record],
+        partition: Partition,
+        task: ChunkTask,
+        *,
+        progress: bool,
     ) -> Any:
         """``task``'s result for all of ``partition``'s non-empty chunks."""
         ...
@@ -86,5 +97,13 @@ class LocalExecutor:
 
     workers = 1
 
-    def run(self, loaded, records, partition, task: ChunkTask, *, progress: bool = False) -> Any:
+    def run(
+        self,
+        loaded: LoadedModel,
+        records: Sequence[Record],
+        partition: Partition,
+        task: ChunkTask,
+        *,
+        progress: bool = False,
+    ) -> Any:
         return task.combine([task.run(loaded, records, partition, progress=progress)])

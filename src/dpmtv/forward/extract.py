@@ -14,7 +14,8 @@ Two ways, for two kinds of data:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +36,8 @@ from dpmtv.forward.hooks import capture_last_token
 from dpmtv.forward.prompt_budget import encode_one_within
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import ModelAdapter
+
+T = TypeVar("T")
 
 
 def extract_selected_heads(
@@ -69,7 +72,7 @@ def extract_each_chunk(
     timings: PipelineTimings | None = None,
     fixed_shape: FixedShape | None = None,
     slots: Sequence[int] | None = None,
-) -> Iterator[dict[int, np.ndarray] | None]:
+) -> Generator[dict[int, np.ndarray] | None, None, None]:
     """Per private chunk prompt, its selected heads ``{layer: (1, k_l*d)}``, or None when the
     public rule of :mod:`dpmtv.forward.prompt_budget` drops it (its query alone exceeds the budget) or
     the failed-chunk rule of :mod:`dpmtv.forward.failed_chunks` applies (rendering, encoding or the pass
@@ -166,11 +169,11 @@ class _EncodeOne:
         return encode_one_within(self._adapter, self._prompts[index], max_prompt_tokens=self._budget)
 
 
-def iter_batches(prompts: Sequence[Prompt], batch_size: int) -> Iterator[Sequence[Prompt]]:
+def iter_batches(items: Sequence[T], batch_size: int) -> Iterator[Sequence[T]]:
     if batch_size < 1:
         raise ParameterError(f"batch_size must be >= 1, got {batch_size}")
-    for start in range(0, len(prompts), batch_size):
-        yield prompts[start : start + batch_size]
+    for start in range(0, len(items), batch_size):
+        yield items[start : start + batch_size]
 
 
 def stack_selected_heads(

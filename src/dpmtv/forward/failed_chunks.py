@@ -46,6 +46,7 @@ FAILED_CHUNK_RULE_HELP = (
 )
 
 T = TypeVar("T")
+Values = TypeVar("Values", bound=Mapping[int, np.ndarray] | torch.Tensor)  # per-layer arrays or a tensor
 
 
 def chunk_or_none(compute: Callable[..., T | None], *args: Any, **kwargs: Any) -> T | None:
@@ -60,7 +61,7 @@ def chunk_or_none(compute: Callable[..., T | None], *args: Any, **kwargs: Any) -
         return None
 
 
-def finite_or_none(values: Mapping[int, np.ndarray] | torch.Tensor | None):
+def finite_or_none(values: Values | None) -> Values | None:
     """``values`` (per-layer arrays or a tensor), or None when any entry is NaN or inf."""
     if values is None:
         return None

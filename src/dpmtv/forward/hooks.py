@@ -9,10 +9,11 @@ Both are context managers that remove their hooks on exit, also when the block r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,9 @@ import torch
 from dpmtv.errors import HeadSpecError
 from dpmtv.heads import HeadSet
 from dpmtv.models.base import ModelAdapter
+
+# A forward pre-hook on ``o_proj``: (module, positional inputs) -> new inputs, or None to keep them.
+PreHook = Callable[[torch.nn.Module, tuple[Any, ...]], tuple[Any, ...] | None]
 
 
 class PatchMode(str, Enum):
@@ -38,7 +42,7 @@ class LayerPatch:
     values: torch.Tensor
 
     @classmethod
-    def from_rows(cls, heads: Sequence[int], rows) -> LayerPatch:
+    def from_rows(cls, heads: Sequence[int], rows: Any) -> LayerPatch:
         """A patch from per-head rows in ``heads``' order: ``rows`` is ``(k, d)`` or the flat
         ``(k·d,)`` of one layer (an array or a CPU tensor), stored as float32."""
         values = torch.from_numpy(np.array(rows, dtype=np.float32)).reshape(len(heads), -1)  # (k, d)
@@ -80,8 +84,8 @@ def capture_last_token(adapter: ModelAdapter, layers: Sequence[int]) -> Iterator
     capture = LastTokenCapture()
     geometry = adapter.geometry
 
-    def make_hook(layer: int):
-        def hook(module, args):
+    def make_hook(layer: int) -> PreHook:
+        def hook(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
             last = args[0][:, -1, :]  # (B, H*d)
             capture.activations[layer] = (
                 last.detach().to(torch.float32).reshape(-1, geometry.num_heads, geometry.head_dim)
@@ -116,12 +120,12 @@ def overwrite_heads(
     """
     head_dim = adapter.geometry.head_dim
 
-    def make_hook(patch: LayerPatch):
+    def make_hook(patch: LayerPatch) -> PreHook:
         columns = (patch.heads[:, None] * head_dim + torch.arange(head_dim)).reshape(-1)  # (k*d,)
         flat = patch.values.reshape(-1)  # (k*d,), in the order of ``columns``
         placed: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
-        def hook(module, args):
+        def hook(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
             hidden = args[0]  # (B, T, H*d)
             if mode is PatchMode.PREFILL_ONLY and hidden.shape[1] == 1:
                 return None
@@ -168,8 +172,8 @@ def blend_heads_per_row(
             f"masks have shape {tuple(masks.shape)}, expected (B, {expected[0]}, {expected[1]})"
         )
 
-    def make_hook(layer: int, value: torch.Tensor):
-        def hook(module, args):
+    def make_hook(layer: int, value: torch.Tensor) -> PreHook:
+        def hook(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
             hidden = args[0]  # (B, T, H*d)
             if mode is PatchMode.PREFILL_ONLY and hidden.shape[1] == 1:
                 return None

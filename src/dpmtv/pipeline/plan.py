@@ -184,6 +184,7 @@ def plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
     if selection is None:
         return None
     candidates = selection.method == "candidates"  # one round of sensitivity 1 (selection.candidates)
+    assert selection.selection_fraction is not None  # PrivateSelectionSettings fills its defaults when made
     return plan_private_selection(
         total_epsilon=settings.epsilon,
         total_delta=settings.delta,

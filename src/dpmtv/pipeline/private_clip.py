@@ -1,4 +1,5 @@
-"""A build's release with its clip norms chosen privately (``--l2-clip-norm private``, issue 28).
+"""A build's release with its clip norms chosen privately (``--l2-clip-norm private``;
+docs/design.md §2, "A private clip norm").
 
 One forward pass per release chunk, as for a given C: the chunks' centered vectors are held in
 this process's memory (never written), each layer's per-chunk norm feeds ONE ε_clip-DP choice of

@@ -145,6 +145,7 @@ def _release_then_choose(
     pool, chosen = plan.candidates, settings.private_selection
     if plan.selection is None or chosen is None:
         raise ParameterError("a choice on the release needs private selection settings")
+    assert chosen.utility is not None  # PrivateSelectionSettings fills its defaults when made
     whole = _release(loaded, records, pool, {}, settings, plan, charge, executor)
     d = loaded.adapter.geometry.head_dim
     rows = per_head_rows(whole.noised.layers, pool, d) + per_head_rows(whole.reference, pool, d)
@@ -247,6 +248,7 @@ def candidate_task(
     chosen = settings.private_selection
     if chosen is None or chosen.method != "candidates":
         raise ParameterError("the candidate utilities need --private-selection candidates")
+    assert chosen.utility is not None  # PrivateSelectionSettings fills its defaults when made
     candidates = tuple(candidate_head_sets(chosen.candidates, pool))
     std = None
     if chosen.utility.startswith("noisy-"):

@@ -1,5 +1,5 @@
 """The release noise a noise-aware candidate utility adds (``--selection-utility noisy-probability``,
-issue 28): for each public candidate head set, the per-coordinate std ``σ_S`` the build's release
+docs/design.md §3): for each public candidate head set, the per-coordinate std ``σ_S`` the build's release
 would draw if that candidate were chosen. Every number is public: the plan's Gaussian multiplier
 (fixed before any private value is read; it does not depend on Δ), the public number of release
 chunks ``m``, and the candidate's clip norms:

@@ -9,7 +9,7 @@ no kind is read as a path (the CLI's form) and moved to ``query_image``/``center
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from dpmtv.pipeline.defaults import (
     DEFAULT_L2_CLIP_NORM,
     DEFAULT_SHOTS_PER_CHUNK,
 )
+from dpmtv.pipeline.selection_defaults import default_selection_fraction, default_selection_utility
 from dpmtv.privacy import AdjacencyRelation, parse_relation
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, DEFAULT_CLIP_QUANTILE, clip_norm_candidates
 from dpmtv.privacy.units import PrivacyUnit, check_partition_parameters, parse_privacy_unit
@@ -59,10 +60,14 @@ class PrivateSelectionSettings:
     """Private head selection inside the build (DP-MTV, arXiv 2603.04894): each chunk votes for
     its top-k' heads, a one-shot noisy top-k picks ``k``. ``composition``: "sequential"
     (selection and release on all chunks, the budget split by ``selection_fraction``) or
-    "parallel" (disjoint halves of the chunks, each step at the full budget, m/2 chunks each)."""
+    "parallel" (disjoint halves of the chunks, each step at the full budget, m/2 chunks each).
+
+    ``utility`` and ``selection_fraction`` left ``None`` take their defaults
+    (:mod:`dpmtv.pipeline.selection_defaults`) at record level here; ``defaulted`` names them, so
+    that :class:`BuildSettings` can redo them at user level."""
 
     k: int
-    selection_fraction: float = 0.5
+    selection_fraction: float | None = None  # None: the method's share (0.5 votes, 0.3 or 0.1 candidates)
     composition: str = "sequential"
     max_votes_per_chunk: int | None = None
     pool: str = "all"  # public head spec of the candidates
@@ -77,13 +82,15 @@ class PrivateSelectionSettings:
     # the choice on the release (dpmtv.selection.released), record level and sequential only: dev
     # (benchmarks/results/private_only_dev_released.json, 10 tasks x 2 seeds, private C) 0.744 at
     # 0.1 ε against 0.666 for noisy-probability at 0.3 ε and 0.693 for public heads and C
-    utility: str = "released-probability"
+    utility: str | None = None  # None: released-probability, noisy-probability where that cannot run
     # a "noisy-" utility adds the release's noise for each candidate to the chunk's mean; with a
     # private C that noise is planned at this PUBLIC nominal clip multiplier (C_l = c·g_l of the
     # candidate's heads), the real c being chosen after the selection (dpmtv.pipeline.selection_noise)
     noise_clip_multiplier: float = 2.0
+    defaulted: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._resolve_defaults(PrivacyUnit.RECORD)
         if not (isinstance(self.k, int) and self.k >= 1):
             raise ParameterError(f"private selection k (--select-k) must be an integer >= 1, got {self.k!r}")
         if self.composition not in ("sequential", "parallel"):
@@ -125,7 +132,32 @@ class PrivateSelectionSettings:
     @property
     def chooses_after_release(self) -> bool:
         """A candidate choice on the released pool vector (dpmtv.selection.released), not before it."""
-        return self.method == "candidates" and self.utility.startswith("released-")
+        return self.method == "candidates" and str(self.utility).startswith("released-")
+
+    def for_unit(self, unit: PrivacyUnit) -> PrivateSelectionSettings:
+        """These settings with their defaulted fields redone for the build's privacy unit."""
+        if unit is PrivacyUnit.RECORD or not self.defaulted:
+            return self
+        values: dict[str, Any] = {}
+        if "utility" in self.defaulted:
+            values["utility"] = default_selection_utility(composition=self.composition, privacy_unit=unit)
+        if "selection_fraction" in self.defaulted:
+            utility = str(values.get("utility", self.utility))
+            values["selection_fraction"] = default_selection_fraction(method=self.method, utility=utility)
+        redone = replace(self, **values)
+        object.__setattr__(redone, "defaulted", self.defaulted)
+        return redone
+
+    def _resolve_defaults(self, unit: PrivacyUnit) -> None:
+        """Fill the ``None`` fields from :mod:`dpmtv.pipeline.selection_defaults`."""
+        defaulted = {name for name in ("utility", "selection_fraction") if getattr(self, name) is None}
+        if self.utility is None:
+            utility = default_selection_utility(composition=self.composition, privacy_unit=unit)
+            object.__setattr__(self, "utility", utility)
+        if self.selection_fraction is None:
+            fraction = default_selection_fraction(method=self.method, utility=str(self.utility))
+            object.__setattr__(self, "selection_fraction", fraction)
+        object.__setattr__(self, "defaulted", frozenset(defaulted))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,7 +270,8 @@ class BuildSettings:
             raise ParameterError("private head selection makes no sense in a non-private build")
         if self.non_private and self.private_clip is not None:
             raise ParameterError("a private clip norm makes no sense in a non-private build")
-        selection = self.private_selection
+        selection = None if self.private_selection is None else self.private_selection.for_unit(unit)
+        self._set(private_selection=selection)
         if selection is not None and selection.chooses_after_release and unit is PrivacyUnit.USER:
             raise ParameterError(
                 f"--selection-utility {selection.utility} scores every record once: a user's records would "

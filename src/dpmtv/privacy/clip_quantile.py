@@ -1,5 +1,5 @@
 r"""A private clip norm: the ``α``-quantile of the per-chunk norms of each layer, chosen by the
-exponential mechanism over a public grid of candidates (issue 28; docs/design.md §2 step 5).
+exponential mechanism over a public grid of candidates (docs/design.md §2 step 5).
 
 Pure privacy maths: numpy, dp-accounting and OpenDP only. The model side (one forward pass per
 chunk that reads each layer's norm) lives elsewhere; here the input is an ``(m, L)`` array of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -66,7 +67,7 @@ def greedy(
 
 
 def _best_addition(
-    search: PublicSearch, selected: torch.Tensor, metric: str, advance
+    search: PublicSearch, selected: torch.Tensor, metric: str, advance: Callable[[int], None]
 ) -> tuple[tuple[int, int], float]:
     candidates = (search.pool & ~selected).nonzero()  # (C, 2)
     rows = selected.expand(candidates.shape[0], *selected.shape).clone()  # (C, L, H)

@@ -91,7 +91,9 @@ class MaskScorer:
             hits.append(log_probs.argmax(dim=-1) == state.target)
         return torch.cat(logps), torch.cat(hits)
 
-    def _last_log_probs(self, state: _QueryState, masks: torch.Tensor, *, cached: bool | None = None):
+    def _last_log_probs(
+        self, state: _QueryState, masks: torch.Tensor, *, cached: bool | None = None
+    ) -> torch.Tensor:
         rows = masks.shape[0]
         use_cache = self.cached if cached is None else cached
         kwargs = (

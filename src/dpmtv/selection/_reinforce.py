@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -73,7 +74,15 @@ def reinforce(
     return _final_choice(search, probabilities, final_samples, generator, started, details)
 
 
-def _policy_step(search, logits, pool, optimizer, query: int, rows: int, generator) -> None:
+def _policy_step(
+    search: PublicSearch,
+    logits: torch.Tensor,
+    pool: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    query: int,
+    rows: int,
+    generator: torch.Generator,
+) -> None:
     keep = keep_probabilities(logits)  # (L, H), differentiable
     samples = (
         torch.bernoulli(keep.detach().expand(rows, *logits.shape), generator=generator) * pool
@@ -83,11 +92,18 @@ def _policy_step(search, logits, pool, optimizer, query: int, rows: int, generat
     log_prob = samples * torch.log(keep) + (1 - samples) * torch.log1p(-keep)  # (R, L, H)
     loss = -(z * (log_prob * pool).sum(dim=(1, 2))).mean()
     optimizer.zero_grad()
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
     optimizer.step()
 
 
-def _final_choice(search, probabilities, count: int, generator, started: float, details) -> SelectionResult:
+def _final_choice(
+    search: PublicSearch,
+    probabilities: torch.Tensor,
+    count: int,
+    generator: torch.Generator,
+    started: float,
+    details: dict[str, Any],
+) -> SelectionResult:
     draws = torch.bernoulli(probabilities.expand(count, *probabilities.shape), generator=generator)
     draws = draws[draws.flatten(1).sum(dim=1) > 0]  # (R', L, H) non-empty draws
     if draws.shape[0] == 0:  # every draw empty: keep the most probable head

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -62,7 +63,7 @@ def scored(
     )
 
 
-def _exact(search: PublicSearch, metric: str, advance) -> torch.Tensor:
+def _exact(search: PublicSearch, metric: str, advance: Callable[[int], None]) -> torch.Tensor:
     heads = search.pool.nonzero()  # (C, 2)
     rows = torch.zeros(heads.shape[0] + 1, *search.pool.shape)  # (C+1, L, H); row 0 patches nothing
     rows[torch.arange(1, heads.shape[0] + 1), heads[:, 0], heads[:, 1]] = 1.0
@@ -72,7 +73,7 @@ def _exact(search: PublicSearch, metric: str, advance) -> torch.Tensor:
     return scores
 
 
-def _attribution(search: PublicSearch, batch_size: int, advance) -> torch.Tensor:
+def _attribution(search: PublicSearch, batch_size: int, advance: Callable[[int], None]) -> torch.Tensor:
     per_query = attribution_scores(
         search.adapter, search.task.train, search.task.means, batch_size=batch_size, on_batch=advance
     )

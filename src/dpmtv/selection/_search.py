@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -74,7 +74,9 @@ class PublicSearch:
     def geometry(self) -> HeadGeometry:
         return self.adapter.geometry
 
-    def train_key(self, masks: torch.Tensor, metric: str = "logprob", *, on_query=None) -> torch.Tensor:
+    def train_key(
+        self, masks: torch.Tensor, metric: str = "logprob", *, on_query: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         """Search objective per mask row (R,), higher is better (see :func:`metric_key`);
         ``on_query(1)`` after each train query."""
         return metric_key(*self.train.evaluate(masks, on_query=on_query), metric)

@@ -1,4 +1,4 @@
-r"""Private head selection among a small PUBLIC list of candidate head sets (issue 28):
+r"""Private head selection among a small PUBLIC list of candidate head sets (docs/design.md §3):
 ``--private-selection candidates``.
 
 Candidates (:func:`dpmtv.candidate_lists.candidate_head_sets`: ``layer-subsets``, ``layer-blocks``,
@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -282,7 +282,7 @@ def candidate_choice(
     candidate_list: str | None,
     pool: HeadSet | None,
     utility: str,
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> SelectionResult:
     """The result of one candidate choice (chunk utilities, or on the release): the chosen set and
     what the artifact records of it (the claim on load re-derives the list and the event)."""

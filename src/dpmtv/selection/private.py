@@ -32,13 +32,13 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from dpmtv._progress import progress_bar
-from dpmtv.data.prompts import Example, chunk_prompt, zero_shot
+from dpmtv.data.prompts import Example, Prompt, chunk_prompt, zero_shot
 from dpmtv.data.records import Record
 from dpmtv.distributed.batches import chunks_as_partition
 from dpmtv.errors import ParameterError
@@ -48,6 +48,7 @@ from dpmtv.forward.failed_chunks import chunk_or_none, finite_or_none
 from dpmtv.forward.fixed_shapes import FixedShape, dummy_inputs, dummy_prompt
 from dpmtv.forward.prompt_budget import resolve_max_prompt_tokens
 from dpmtv.heads import HeadSet
+from dpmtv.models.base import ModelAdapter
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
@@ -102,7 +103,9 @@ class HeadVotes:
     private_batch_size: int = 1  # resolved by the build (dpmtv.pipeline.private_batching)
     description: ClassVar[str] = "private head votes"
 
-    def run(self, loaded, records, partition, *, progress: bool) -> list[tuple[int, ...]]:
+    def run(
+        self, loaded: LoadedModel, records: Sequence[Record], partition: Partition, *, progress: bool
+    ) -> list[tuple[int, ...]]:
         geometry = loaded.adapter.geometry
         pool_mask = mask_of(self.pool or all_heads(geometry), geometry)  # (L, H) bool
         scores = task_chunk_scores(self, loaded, records, partition, progress=progress)
@@ -208,7 +211,9 @@ def chunk_head_scores(
         captured.close()
 
 
-def _vote_shape(adapter, rows: int, budget: int, shots_per_chunk: int | None) -> FixedShape | None:
+def _vote_shape(
+    adapter: ModelAdapter, rows: int, budget: int, shots_per_chunk: int | None
+) -> FixedShape | None:
     """The fixed public shape of the vote passes, or None (one chunk per pass): the build's
     resolved batch size, where the family allows it and the dummy row (a full chunk's image count,
     from the public shots per chunk, never from the chunks themselves) fits the budget."""
@@ -220,7 +225,7 @@ def _vote_shape(adapter, rows: int, budget: int, shots_per_chunk: int | None) ->
     return shape if dummy_inputs(adapter, shape) is not None else None
 
 
-class _VotePrompts(Sequence):
+class _VotePrompts(Sequence[Prompt]):
     """The voting chunks' prompts, rendered (images decoded) only where they are encoded."""
 
     def __init__(self, chunks: list[Sequence[Record]]):
@@ -229,11 +234,13 @@ class _VotePrompts(Sequence):
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Prompt:  # type: ignore[override]  # no slices: read one by one
         return chunk_prompt(self._chunks[index], query="record", query_question="")
 
 
-def _chunk_scores(loaded, chunk: Sequence[Record], captured) -> torch.Tensor | None:
+def _chunk_scores(
+    loaded: LoadedModel, chunk: Sequence[Record], captured: dict[int, np.ndarray] | None
+) -> torch.Tensor | None:
     if captured is None:  # dropped: the query alone exceeds the budget, or the pass failed
         return None
     geometry = loaded.adapter.geometry
@@ -243,7 +250,7 @@ def _chunk_scores(loaded, chunk: Sequence[Record], captured) -> torch.Tensor | N
     return attribution_scores(loaded.adapter, [query], values, batch_size=1)[0]  # (L, H)
 
 
-def _held_out_query(adapter, record: Record) -> Query:
+def _held_out_query(adapter: ModelAdapter, record: Record) -> Query:
     prompt = zero_shot(Example(record.load_images(), record.question))
     return Query(prompt, first_answer_token(adapter, prompt, record.answer, where=record.where))
 
@@ -312,7 +319,7 @@ def select_private(
     )
 
 
-def _plan_details(plan: PrivateSelectionPlan, num_chunks: int, *, seeded: bool) -> dict:
+def _plan_details(plan: PrivateSelectionPlan, num_chunks: int, *, seeded: bool) -> dict[str, Any]:
     return {
         "k": plan.k,
         "max_votes_per_chunk": plan.max_votes_per_chunk,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.data.records import Record
@@ -105,7 +106,7 @@ def select_public(
     return dataclasses.replace(result, seconds=time.perf_counter() - started, details=details)
 
 
-def _details(search: PublicSearch, result: SelectionResult, *, num_public_records: int) -> dict:
+def _details(search: PublicSearch, result: SelectionResult, *, num_public_records: int) -> dict[str, Any]:
     """The result's details with the search's public sizes."""
     return {
         **result.details,
@@ -117,7 +118,18 @@ def _details(search: PublicSearch, result: SelectionResult, *, num_public_record
     }
 
 
-def _run(search: PublicSearch, method: str, *, k, steps, seed, metric, estimate, batch_size, progress):
+def _run(
+    search: PublicSearch,
+    method: str,
+    *,
+    k: int | None,
+    steps: int,
+    seed: int,
+    metric: str,
+    estimate: str,
+    batch_size: int,
+    progress: bool,
+) -> SelectionResult:
     if method == "reinforce":
         return reinforce(search, steps=steps, seed=seed, progress=progress)
     if method == "greedy":

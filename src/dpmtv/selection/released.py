@@ -1,6 +1,6 @@
-r"""The candidate choice AFTER the release (``--selection-utility released-probability``, issue 28):
-release the whole public pool once, then choose among the public candidate head sets by how well the
-RELEASED vector answers the private records themselves.
+r"""The candidate choice AFTER the release (``--selection-utility released-probability``,
+docs/design.md §3): release the whole public pool once, then choose among the public candidate head
+sets by how well the RELEASED vector answers the private records themselves.
 
 Why. The chunk utilities of :mod:`dpmtv.selection.candidates` score a candidate by patching each
 chunk's OWN one-chunk mean into it, ``m`` utilities in all: a weak, indirect signal of what the
@@ -87,7 +87,9 @@ def record_utilities(
     return out
 
 
-def _probabilities(adapter: ModelAdapter, record: Record, values: torch.Tensor, masks) -> np.ndarray:
+def _probabilities(
+    adapter: ModelAdapter, record: Record, values: torch.Tensor, masks: torch.Tensor
+) -> np.ndarray:
     """``(n,)``: one record's utilities; zeros when it cannot be scored (a constant: the bound holds)."""
     try:
         scorer = MaskScorer(adapter, values, [_held_out_query(adapter, record)], row_batch=masks.shape[0])
@@ -97,7 +99,7 @@ def _probabilities(adapter: ModelAdapter, record: Record, values: torch.Tensor, 
     probabilities = log_probs[:, 0].double().exp().numpy()
     if not np.all(np.isfinite(probabilities)):
         return np.zeros_like(probabilities)
-    return np.clip(probabilities, 0.0, 1.0)
+    return np.asarray(np.clip(probabilities, 0.0, 1.0))
 
 
 def select_on_release(

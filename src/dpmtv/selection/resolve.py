@@ -40,6 +40,8 @@ def resolve_heads(
     geometry = loaded.adapter.geometry
     if head_spec is not None:
         return parse_head_spec(head_spec, geometry), {"method": "user", "spec": head_spec}
+    if heads_from is None:
+        raise ParameterError("give the heads: --heads or --heads-from")
     if heads_from.startswith("public:"):
         result = select_public(
             loaded,
