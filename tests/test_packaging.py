@@ -1,10 +1,12 @@
-"""Release metadata: the licence, the citation file and the version agree with each other."""
+"""Release metadata: the licence, the citation file, the version and the changelog agree with each other."""
 
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+import dpmtv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +29,8 @@ def test_pep639_licence_metadata_and_file():
 def test_citation_file_names_the_software_the_paper_and_mtv():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
     assert citation["cff-version"] == "1.2.0" and citation["type"] == "software"
-    assert citation["version"] == _pyproject()["project"]["version"]
+    assert "version" in _pyproject()["project"]["dynamic"]  # read from dpmtv._version alone
+    assert citation["version"] == dpmtv.__version__
     paper = citation["preferred-citation"]
     assert [a["family-names"] for a in paper["authors"]] == ["Ngong", "Reza", "Near"]
     assert paper["year"] == 2026 and "2603.04894" in paper["identifiers"][0]["value"]
@@ -42,3 +45,8 @@ def test_changelog_keeps_unreleased_and_keep_a_changelog_categories():
     categories = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
     level3 = [line[4:] for line in lines if line.startswith("### ")]
     assert level3 and set(level3) <= categories, set(level3) - categories
+
+
+def test_the_changelog_has_a_section_for_the_current_version():
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"## [{dpmtv.__version__}] - " in text
