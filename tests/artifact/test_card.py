@@ -78,3 +78,19 @@ def test_a_file_where_the_card_goes_is_never_replaced(tmp_path):
     (tmp_path / "task.README.md").write_text("# my notes\n")
     with pytest.raises(ParameterError, match="is not a dpmtv card"):
         check_output_path(tmp_path / "task.safetensors", force=True, protected={})
+
+
+def test_a_csprng_numpy_card_carries_the_floating_point_caveat(tiny_llava_path, records_file, tmp_path):
+    """Box–Muller in float64 is a secure source but not floating-point safe: the card says both,
+    in its words and its front matter; an OpenDP card says neither caveat."""
+    cards = {}
+    for sampler in ("csprng-numpy", "opendp"):
+        out = tmp_path / f"{sampler}.safetensors"
+        args = [*_build_args(tiny_llava_path, records_file, out), "--noise-sampler", sampler]
+        assert CliRunner().invoke(main, args).exit_code == 0
+        cards[sampler] = card_path(out).read_text(encoding="utf-8")
+    fast = " ".join(cards["csprng-numpy"].split())
+    assert "a secure source; not floating-point safe: csprng-numpy noise, Box–Muller in float64" in fast
+    assert yaml.safe_load(cards["csprng-numpy"].split("---\n")[1])["dpmtv"]["floating_point_safe"] is False
+    assert "floating-point safe" not in cards["opendp"].split("---\n", 2)[2]
+    assert yaml.safe_load(cards["opendp"].split("---\n")[1])["dpmtv"]["floating_point_safe"] is True

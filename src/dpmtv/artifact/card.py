@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpmtv._atomic import write_text_atomically
+from dpmtv.artifact._claim_words import floating_point_caveat, floating_point_safe
 
-# dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector writes the card
+# dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector renders the card
 ArtifactMetadata = PrivacyMetadata = Any
 
 CARD_SUFFIX = ".README.md"
@@ -40,13 +40,6 @@ def is_dpmtv_card(path: Path) -> bool:
         return False
 
 
-def write_card(metadata: ArtifactMetadata, artifact: str | Path) -> Path:
-    """Write the card beside ``artifact`` atomically (a temporary file, then a rename)."""
-    return write_text_atomically(
-        card_path(artifact), render_card(metadata, artifact_name=Path(artifact).name)
-    )
-
-
 def render_card(metadata: ArtifactMetadata, *, artifact_name: str) -> str:
     return "\n".join([_front_matter(metadata), *_body(metadata, artifact_name)]) + "\n"
 
@@ -65,6 +58,7 @@ def _front_matter(metadata: ArtifactMetadata) -> str:
             "neighbouring_relation": p.neighbouring_relation,
             "privacy_unit": p.privacy_unit,
             "noise_sampler": p.noise_sampler,
+            "floating_point_safe": floating_point_safe(p),
         },
     }
     # JSON is YAML: every value is quoted or a number, so no name can break the front matter
@@ -89,7 +83,9 @@ def guarantee_in_words(p: PrivacyMetadata) -> str:
         f"of any outcome of this vector by at most a factor e^{p.epsilon:g}, except with probability "
         f"{p.delta:g}. Every answer produced with it is post-processing and costs no further privacy. "
         f"Noise: Gaussian, σ = {p.noise_std:.6g}, drawn by the `{p.noise_sampler}` sampler "
-        f"({'a secure source' if p.secure_noise else 'NOT a secure source'})."
+        f"({'a secure source' if p.secure_noise else 'NOT a secure source'}"
+        + (f"; {caveat}" if (caveat := floating_point_caveat(p, explain=True)) else "")
+        + ")."
     )
 
 
