@@ -47,12 +47,12 @@ def replacing_together(paths: Sequence[str | Path]) -> Iterator[list[str]]:
     failed rename, rarer (the writes are done), removes the ones already renamed, so a reader
     finds all of the new files or none of them."""
     with contextlib.ExitStack() as stack:
-        paths = [Path(path) for path in paths]
-        temporaries = [stack.enter_context(_temporary_beside(path)) for path in paths]
+        targets = [Path(path) for path in paths]
+        temporaries = [stack.enter_context(_temporary_beside(path)) for path in targets]
         yield temporaries
         landed: list[Path] = []
         try:
-            for temporary, path in zip(temporaries, paths, strict=True):
+            for temporary, path in zip(temporaries, targets, strict=True):
                 os.chmod(temporary, default_file_mode())
                 os.replace(temporary, path)
                 landed.append(path)

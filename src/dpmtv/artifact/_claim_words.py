@@ -42,25 +42,3 @@ def seeded_noise_words(privacy) -> str:
         f"noised with a recoverable seed: seed {privacy.insecure_seed} regenerates the noise, so the "
         "exact mean can be recovered"
     )
-
-
-SIGNATURE_NOT_VERIFIED = "signature not verified"
-
-
-def signature_words(signer, artifact) -> str:
-    """What a reader checked of ``artifact``'s signature: who signed it when a trusted key verified
-    it (``signer``), else that it is unsigned or that its signature was not verified. Without a
-    trusted key a consistent forgery (every derived number rewritten) passes the artifact's own
-    checks, so every reader says so rather than show the claim alone."""
-    from dpmtv.artifact.signature import signer_key_sha256
-    from dpmtv.errors import ArtifactSignatureError
-
-    if signer is not None:
-        return f"signed by {signer.describe()}, verified"
-    try:
-        recorded = signer_key_sha256(artifact)
-    except ArtifactSignatureError:
-        return f"unreadable signature file: {SIGNATURE_NOT_VERIFIED}"
-    if recorded is None:
-        return f"unsigned: {SIGNATURE_NOT_VERIFIED}, so anyone could have written this claim"
-    return f"signed by key sha256:{recorded[:16]}… but {SIGNATURE_NOT_VERIFIED} (no trusted key was given)"

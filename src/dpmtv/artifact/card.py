@@ -14,8 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpmtv.artifact._claim_words import floating_point_caveat, floating_point_safe
-
 # dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector renders the card
 ArtifactMetadata = PrivacyMetadata = Any
 
@@ -45,6 +43,8 @@ def render_card(metadata: ArtifactMetadata, *, artifact_name: str) -> str:
 
 
 def _front_matter(metadata: ArtifactMetadata) -> str:
+    from dpmtv.artifact._claim_words import floating_point_safe  # the noise stack: not at `--help`
+
     p, model = metadata.privacy, metadata.model
     fields = {
         "library_name": "dpmtv",
@@ -68,6 +68,8 @@ def _front_matter(metadata: ArtifactMetadata) -> str:
 
 def guarantee_in_words(p: PrivacyMetadata) -> str:
     """The guarantee, or its absence, in plain words."""
+    from dpmtv.artifact._claim_words import floating_point_caveat
+
     if not p.private:
         if p.noise_std > 0:
             return (

@@ -36,6 +36,7 @@ from dpmtv.artifact.card import card_path
 from dpmtv.errors import ArtifactSignatureError, ParameterError
 
 __all__ = [
+    "SIGNATURE_NOT_VERIFIED",
     "SIGNATURE_SUFFIX",
     "Signer",
     "check_signing_key",
@@ -43,11 +44,13 @@ __all__ = [
     "sign_task_vector",
     "signature_path",
     "signed_names",
+    "signature_words",
     "signer_key_sha256",
     "verify_signature",
 ]
 
 SIGNATURE_SUFFIX = ".sig"
+SIGNATURE_NOT_VERIFIED = "signature not verified"  # what every reader says when no trusted key checked
 _EXTRA = "signatures need the sign extra: pip install 'dpmtv[sign]'"
 _EC_KEYS = "dpmtv signs with elliptic-curve keys on P-256, P-384 or P-521 only (model-signing's key signer)"
 _NEW_KEY = "make one with `openssl ecparam -name prime256v1 -genkey -noout -out key.pem`"
@@ -177,6 +180,22 @@ def signer_key_sha256(artifact: str | Path) -> str | None:
     if not isinstance(hint, str) or len(hint) != 64:
         raise ArtifactSignatureError(f"'{path}' records no signer key (hint {hint!r})")
     return hint
+
+
+def signature_words(signer, artifact) -> str:
+    """What a reader checked of ``artifact``'s signature: who signed it when a trusted key verified
+    it (``signer``), else that it is unsigned or that its signature was not verified. Without a
+    trusted key a consistent forgery (every derived number rewritten) passes the artifact's own
+    checks, so every reader says so rather than show the claim alone."""
+    if signer is not None:
+        return f"signed by {signer.describe()}, verified"
+    try:
+        recorded = signer_key_sha256(artifact)
+    except ArtifactSignatureError:
+        return f"unreadable signature file: {SIGNATURE_NOT_VERIFIED}"
+    if recorded is None:
+        return f"unsigned: {SIGNATURE_NOT_VERIFIED}, so anyone could have written this claim"
+    return f"signed by key sha256:{recorded[:16]}… but {SIGNATURE_NOT_VERIFIED} (no trusted key was given)"
 
 
 def _ec_private_key(key: Path, password: str | None) -> Any:

@@ -247,7 +247,7 @@ def trusted_key_option(function):
 
 def signature_text(vector, path) -> str:
     """Who signed ``vector`` (loaded from ``path``): verified, or in yellow, that it was not."""
-    from dpmtv.artifact._claim_words import signature_words
+    from dpmtv.artifact.signature import signature_words
 
     words = escape(signature_words(vector.signer, path))
     return words if vector.signer is not None else f"[bold yellow]{words}[/] (pass --trusted-key PUB.pem)"

@@ -69,7 +69,7 @@ def command(
     if vector is not None:  # on stderr, so that --json output stays one JSON object a line
         from rich.markup import escape
 
-        from dpmtv.artifact._claim_words import signature_words
+        from dpmtv.artifact.signature import signature_words
 
         signed = escape(signature_words(vector.signer, vector_path))
         err_console.print(

@@ -182,7 +182,12 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
     if charge is not None:
         model = loaded.name_or_path
         before_noise = charge.callback(
-            settings, model=model, library_version=__version__, artifact=out, started_at=started_at
+            settings,
+            model=model,
+            library_version=__version__,
+            artifact=out,
+            started_at=started_at,
+            num_records=len(records),  # recorded under replace-one only, where N is public
         )
     ray = options["ray_address"], options["workers"], options["gpus_per_worker"], loaded
     with ray_executor(*ray, dtype=options["dtype"], device=options["device"]) as executor:

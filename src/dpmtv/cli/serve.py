@@ -209,7 +209,7 @@ def _print_start_up(served, host: str, port: int) -> None:
     """One line per vector: its guarantee and what was verified of its signature; then the page."""
     from rich.markup import escape
 
-    from dpmtv.artifact._claim_words import signature_words
+    from dpmtv.artifact.signature import signature_words
 
     for name, vector in served.vectors.items():
         guarantee = guarantee_text(vector.vector.metadata.privacy)

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpmtv.artifact._claim_words import (
-    SIGNATURE_NOT_VERIFIED,
-    floating_point_caveat,
-    floating_point_safe,
-    seeded_noise_words,
-)
+from dpmtv.artifact._claim_words import floating_point_caveat, floating_point_safe, seeded_noise_words
+from dpmtv.artifact.signature import SIGNATURE_NOT_VERIFIED
 from dpmtv.serve._served import ServedModel, ServedVector
 
 QUERIES_ARE_FREE = (
