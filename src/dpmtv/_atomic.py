@@ -9,11 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_file_mode", "replacing", "save_figure_atomically", "write_text_atomically"]
+__all__ = [
+    "default_file_mode",
+    "replacing",
+    "replacing_together",
+    "save_figure_atomically",
+    "write_text_atomically",
+]
 
 
 @contextlib.contextmanager
@@ -31,6 +37,41 @@ def replacing(path: str | Path) -> Iterator[str]:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def replacing_together(paths: Sequence[str | Path]) -> Iterator[list[str]]:
+    """:func:`replacing` for files that belong together (an artifact, its card, its signature): the
+    block writes every yielded temporary; only when all are complete are they renamed over their
+    targets, one after another. A failed write (a full disk) leaves every target as it was; a
+    failed rename, rarer (the writes are done), removes the ones already renamed, so a reader
+    finds all of the new files or none of them."""
+    with contextlib.ExitStack() as stack:
+        targets = [Path(path) for path in paths]
+        temporaries = [stack.enter_context(_temporary_beside(path)) for path in targets]
+        yield temporaries
+        landed: list[Path] = []
+        try:
+            for temporary, path in zip(temporaries, targets, strict=True):
+                os.chmod(temporary, default_file_mode())
+                os.replace(temporary, path)
+                landed.append(path)
+        except BaseException:
+            for path in landed:
+                path.unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def _temporary_beside(path: Path) -> Iterator[str]:
+    """A temporary file in ``path``'s folder, removed on the way out unless renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        yield temporary
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def write_text_atomically(path: str | Path, text: str) -> Path:

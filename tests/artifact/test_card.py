@@ -108,3 +108,19 @@ def test_base_model_is_a_hub_id_only_when_the_checkpoint_records_one(tiny_llava_
     assert 'base_model: "acme/tiny-vlm"' in _front_matter(Metadata)
     Metadata.model = {**Metadata.model, "hub_id": None}
     assert "base_model" not in _front_matter(Metadata)
+
+
+def test_a_csprng_numpy_card_carries_the_floating_point_caveat(tiny_llava_path, records_file, tmp_path):
+    """Box–Muller in float64 is a secure source but not floating-point safe: the card says both,
+    in its words and its front matter; an OpenDP card says neither caveat."""
+    cards = {}
+    for sampler in ("csprng-numpy", "opendp"):
+        out = tmp_path / f"{sampler}.safetensors"
+        args = [*_build_args(tiny_llava_path, records_file, out), "--noise-sampler", sampler]
+        assert CliRunner().invoke(main, args).exit_code == 0
+        cards[sampler] = card_path(out).read_text(encoding="utf-8")
+    fast = " ".join(cards["csprng-numpy"].split())
+    assert "a secure source; not floating-point safe: csprng-numpy noise, Box–Muller in float64" in fast
+    assert yaml.safe_load(cards["csprng-numpy"].split("---\n")[1])["dpmtv"]["floating_point_safe"] is False
+    assert "floating-point safe" not in cards["opendp"].split("---\n", 2)[2]
+    assert yaml.safe_load(cards["opendp"].split("---\n")[1])["dpmtv"]["floating_point_safe"] is True

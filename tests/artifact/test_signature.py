@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from dpmtv.artifact.card import card_path
 from dpmtv.artifact.signature import sign_task_vector, signature_path, verify_signature
 from dpmtv.artifact.vector import load_task_vector
 from dpmtv.cli import main
@@ -65,9 +66,12 @@ def signed(tiny_llava, tmp_path_factory, keys):
     return paths
 
 
-def _copy(source, target):
+def _copy(source, target, *, signature=True):
+    """The artifact, its card and (``signature``) its signature, under ``target``'s name."""
     target.write_bytes(source.read_bytes())
-    signature_path(target).write_bytes(signature_path(source).read_bytes())
+    card_path(target).write_bytes(card_path(source).read_bytes())
+    if signature:
+        signature_path(target).write_bytes(signature_path(source).read_bytes())
     return target
 
 
@@ -80,8 +84,7 @@ def test_a_signed_artifact_loads_with_its_key_and_says_who_signed(signed, keys):
 def test_unsigned_or_wrong_key_is_refused(signed, keys, tmp_path):
     with pytest.raises(ArtifactSignatureError, match="none of the trusted keys"):
         load_task_vector(signed[1.0], trusted_keys=[keys["other"][1]])
-    unsigned = tmp_path / "unsigned.safetensors"
-    unsigned.write_bytes(signed[1.0].read_bytes())
+    unsigned = _copy(signed[1.0], tmp_path / "unsigned.safetensors", signature=False)
     assert load_task_vector(unsigned).signer is None  # without a trusted key: the other checks only
     with pytest.raises(ArtifactSignatureError, match="is not signed"):
         load_task_vector(unsigned, trusted_keys=[keys["signer"][1]])
@@ -97,9 +100,8 @@ def test_one_changed_tensor_byte_is_refused(signed, keys, tmp_path):
 
 def test_an_edited_and_rehashed_metadata_is_refused(signed, keys, tmp_path):
     """created_at is not part of the claim: the consistency checks accept the edit, the signature not."""
-    target = tmp_path / "m.safetensors"
+    target = _copy(signed[1.0], tmp_path / "m.safetensors")
     _edited(signed[1.0], target, lambda m: m.update(created_at="2020-01-01T00:00:00+00:00"), rehash=True)
-    signature_path(target).write_bytes(signature_path(signed[1.0]).read_bytes())
     assert load_task_vector(target).metadata.created_at.startswith("2020")
     with pytest.raises(ArtifactSignatureError, match="does not verify"):
         load_task_vector(target, trusted_keys=[keys["signer"][1]])
@@ -110,9 +112,8 @@ def test_the_metadata_of_one_signed_build_over_the_tensors_of_another_is_refused
     header_loose, body_loose = _header_and_body(signed[1.0])
     header_loose["__metadata__"] = header_strict["__metadata__"]  # ε = 0.1's claim over ε = 1's noise
     for source in (signed[0.1], signed[1.0]):
-        target = tmp_path / "swapped.safetensors"
+        target = _copy(source, tmp_path / "swapped.safetensors")
         _write(target, header_loose, body_loose)
-        signature_path(target).write_bytes(signature_path(source).read_bytes())
         with pytest.raises(ArtifactSignatureError, match="does not verify"):
             load_task_vector(target, trusted_keys=[keys["signer"][1]])
 
@@ -122,9 +123,9 @@ def test_inspect_and_answer_take_trusted_keys(signed, keys, tmp_path, tiny_llava
     verified = runner.invoke(main, ["inspect", str(signed[1.0]), "--trusted-key", str(keys["signer"][1])])
     assert verified.exit_code == 0, verified.output
     text = " ".join(verified.output.replace("│", " ").split())
-    assert "signed by key sha256:" in text and "verified" in text and "NOT verified" not in text
+    assert "signed by key sha256:" in text and "verified" in text and "not verified" not in text
     unverified = " ".join(runner.invoke(main, ["inspect", str(signed[1.0])]).output.replace("│", " ").split())
-    assert "NOT verified" in unverified
+    assert "signature not verified (no trusted key was given)" in unverified
     refused = runner.invoke(main, ["inspect", str(signed[1.0]), "--trusted-key", str(keys["other"][1])])
     assert refused.exit_code == 1 and "none of the trusted keys" in refused.output
     assert "Traceback" not in refused.output
@@ -137,8 +138,7 @@ def test_sign_command_refuses_an_inconsistent_claim(signed, keys, tmp_path):
     result = runner.invoke(main, ["sign", str(target), "--key", str(keys["signer"][0])])
     assert result.exit_code == 1 and "privacy.num_chunks" in result.output
     assert not signature_path(target).exists()
-    fresh = tmp_path / "fresh.safetensors"
-    fresh.write_bytes(signed[1.0].read_bytes())
+    fresh = _copy(signed[1.0], tmp_path / "fresh.safetensors", signature=False)
     result = runner.invoke(main, ["sign", str(fresh), "--key", str(keys["other"][0])])
     assert result.exit_code == 0, result.output
     assert load_task_vector(fresh, trusted_keys=[keys["other"][1]]).signer is not None
@@ -152,8 +152,7 @@ def test_serve_with_trusted_keys_refuses_an_unsigned_vector(signed, keys, tmp_pa
     served = load_served_model(str(tiny_llava_path), [("v", signed[1.0])], trusted_keys=settings.trusted_keys)
     card = model_cards(served)[0]["dpmtv"]["guarantee"]
     assert card["signed_by_key_sha256"] == served.vectors["v"].vector.signer.key_sha256
-    unsigned = tmp_path / "unsigned.safetensors"
-    unsigned.write_bytes(signed[1.0].read_bytes())
+    unsigned = _copy(signed[1.0], tmp_path / "unsigned.safetensors", signature=False)
     with pytest.raises(ArtifactSignatureError, match="vector 'u' refused: .*is not signed"):
         load_served_model(str(tiny_llava_path), [("u", unsigned)], trusted_keys=settings.trusted_keys)
 
@@ -166,8 +165,7 @@ def test_signing_and_verifying_need_no_network(signed, keys, tmp_path, monkeypat
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
-    target = tmp_path / "offline.safetensors"
-    target.write_bytes(signed[1.0].read_bytes())
+    target = _copy(signed[1.0], tmp_path / "offline.safetensors", signature=False)
     sign_task_vector(target, private_key=keys["other"][0])
     assert verify_signature(target, trusted_keys=[keys["other"][1]]).trusted_key == keys["other"][1]
 

@@ -131,7 +131,7 @@ def test_a_write_that_fails_after_the_charge_says_that_epsilon_was_charged(
     ledger = _ledger(runner, tmp_path)
     out = tmp_path / "v.safetensors"
 
-    def failing_save(vector, path):
+    def failing_save(vector, path, **options):
         raise failure
 
     monkeypatch.setattr(dpmtv.pipeline.build, "save_task_vector", failing_save)
@@ -217,7 +217,7 @@ def test_a_build_removes_stale_temporaries_in_its_output_folder(
 def test_a_failed_write_without_a_ledger_is_one_error_line(
     runner, tiny_llava_path, records_file, tmp_path, monkeypatch
 ):
-    def failing_save(vector, path):
+    def failing_save(vector, path, **options):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dpmtv.pipeline.build, "save_task_vector", failing_save)

@@ -14,9 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpmtv._atomic import write_text_atomically
-
-# dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector writes the card
+# dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector renders the card
 ArtifactMetadata = PrivacyMetadata = Any
 
 CARD_SUFFIX = ".README.md"
@@ -40,18 +38,13 @@ def is_dpmtv_card(path: Path) -> bool:
         return False
 
 
-def write_card(metadata: ArtifactMetadata, artifact: str | Path) -> Path:
-    """Write the card beside ``artifact`` atomically (a temporary file, then a rename)."""
-    return write_text_atomically(
-        card_path(artifact), render_card(metadata, artifact_name=Path(artifact).name)
-    )
-
-
 def render_card(metadata: ArtifactMetadata, *, artifact_name: str) -> str:
     return "\n".join([_front_matter(metadata), *_body(metadata, artifact_name)]) + "\n"
 
 
 def _front_matter(metadata: ArtifactMetadata) -> str:
+    from dpmtv.artifact._claim_words import floating_point_safe  # the noise stack: not at `--help`
+
     p, model = metadata.privacy, metadata.model
     fields = {
         "library_name": "dpmtv",
@@ -66,6 +59,7 @@ def _front_matter(metadata: ArtifactMetadata) -> str:
             "neighbouring_relation": p.neighbouring_relation,
             "privacy_unit": p.privacy_unit,
             "noise_sampler": p.noise_sampler,
+            "floating_point_safe": floating_point_safe(p),
         },
     }
     # JSON is YAML: every value is quoted or a number, so no name can break the front matter
@@ -75,6 +69,8 @@ def _front_matter(metadata: ArtifactMetadata) -> str:
 
 def guarantee_in_words(p: PrivacyMetadata) -> str:
     """The guarantee, or its absence, in plain words."""
+    from dpmtv.artifact._claim_words import floating_point_caveat
+
     if not p.private:
         if p.noise_std > 0:
             return (
@@ -90,7 +86,9 @@ def guarantee_in_words(p: PrivacyMetadata) -> str:
         f"of any outcome of this vector by at most a factor e^{p.epsilon:g}, except with probability "
         f"{p.delta:g}. Every answer produced with it is post-processing and costs no further privacy. "
         f"Noise: Gaussian, σ = {p.noise_std:.6g}, drawn by the `{p.noise_sampler}` sampler "
-        f"({'a secure source' if p.secure_noise else 'NOT a secure source'})."
+        f"({'a secure source' if p.secure_noise else 'NOT a secure source'}"
+        + (f"; {caveat}" if (caveat := floating_point_caveat(p, explain=True)) else "")
+        + ")."
     )
 
 

@@ -38,7 +38,7 @@ from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, clip_multiplier_event, clip_norm_candidates
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
-from dpmtv.privacy.noisy_top_k import plan_private_selection
+from dpmtv.privacy.noisy_top_k import monotone_scores, plan_private_selection
 from dpmtv.privacy.release import NON_PRIVATE_SAMPLER, calibrated_noise_std
 from dpmtv.privacy.sensitivity import l2_sensitivity
 
@@ -272,9 +272,19 @@ class _Claim:
                 max_votes_per_chunk=d["max_votes_per_chunk"],
                 selection_fraction=d["selection_fraction"],
                 composition=d["composition"],
+                monotone=monotone_scores(
+                    utility=d.get("utility") if self.candidates else None,
+                    neighbouring_relation=self.p.neighbouring_relation,
+                ),
             )
         except (DpmtvError, KeyError, TypeError) as exc:
             self.refuse("accounting_events", f"cannot be re-planned from head_selection.details ({exc!r})")
+        scale = d.get("noise_scale")  # less noise than the plan's would not be ε_sel-DP; more is
+        if scale is not None and not (isinstance(scale, float) and scale >= plan.noise_scale * (1 - 1e-12)):
+            self.refuse(
+                "accounting_events",
+                f"rests on a Gumbel scale {scale!r} below its plan's {plan.noise_scale!r}",
+            )
         if (
             d.get("event") != event_to_json(plan.event)
             or d.get("epsilon_selection") != plan.epsilon_selection

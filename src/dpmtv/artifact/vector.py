@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from dpmtv._atomic import replacing
-from dpmtv.artifact.card import write_card
+from dpmtv._atomic import replacing_together
+from dpmtv.artifact.card import card_path, render_card
+from dpmtv.artifact.signature import sign_files, signature_path, signed_names
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
 from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
@@ -154,19 +155,29 @@ def tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def save_task_vector(vector: TaskVector, path: str | Path) -> Path:
-    """Write atomically: a temporary file in the target folder, then a rename; then the model
-    card beside it (:func:`dpmtv.artifact.card.write_card`)."""
+def save_task_vector(vector: TaskVector, path: str | Path, *, sign_key: str | Path | None = None) -> Path:
+    """Write the artifact, its model card beside it (:mod:`dpmtv.artifact.card`) and, with
+    ``sign_key``, its signature over both (:mod:`dpmtv.artifact.signature`): all three are written
+    to temporaries first and land together or not at all (:func:`dpmtv._atomic.replacing_together`).
+    A signature left from an earlier file of that name is removed: it covers bytes no longer there."""
     path = Path(path)
     tensors = vector._tensors()
     metadata = vector.metadata.model_copy(update={"tensors_sha256": tensors_sha256(tensors)})
-    with replacing(path) as temporary:
+    targets = [path, card_path(path)] + ([signature_path(path)] if sign_key is not None else [])
+    with replacing_together(targets) as temporaries:
         text = metadata.model_dump_json()
         try:
-            save_file(tensors, temporary, metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)})
+            save_file(
+                tensors, temporaries[0], metadata={METADATA_KEY: text, METADATA_HASH_KEY: _sha256(text)}
+            )
         except SafetensorError as exc:  # its I/O errors (a full disk) are OS errors to the caller
             raise OSError(f"cannot write '{path}': {exc}") from exc
-    write_card(metadata, path)  # beside it: public metadata only
+        Path(temporaries[1]).write_text(render_card(metadata, artifact_name=path.name), encoding="utf-8")
+        if sign_key is not None:
+            named = dict(zip(signed_names(path), temporaries[:2], strict=True))
+            sign_files(named, temporaries[2], private_key=sign_key, password=None)
+    if sign_key is None:
+        signature_path(path).unlink(missing_ok=True)
     return path
 
 

@@ -59,12 +59,20 @@ class GroupedHelpCommand(click.Command):
 
 def print_json_summary(path: Any, *, ledger_status: Any = None) -> None:
     """``--json``: the build's summary as one JSON object on stdout (the written artifact's
-    metadata, read back as it is on disk, its path, and the dataset's ledger status when one was
-    charged)."""
+    metadata, read back as it is on disk, its path, its card's and signature's paths (null: not
+    signed) and the dataset's ledger status when one was charged)."""
+    from dpmtv.artifact.card import card_path
+    from dpmtv.artifact.signature import signature_path
     from dpmtv.artifact.vector import load_task_vector
 
     metadata = load_task_vector(path).metadata
-    summary: dict[str, Any] = {"path": str(path), "metadata": json.loads(metadata.model_dump_json())}
+    signature = signature_path(path)
+    summary: dict[str, Any] = {
+        "path": str(path),
+        "card": str(card_path(path)),
+        "signature": str(signature) if signature.is_file() else None,
+        "metadata": json.loads(metadata.model_dump_json()),
+    }
     if ledger_status is not None:
         summary["ledger"] = {
             "dataset": ledger_status.name,

@@ -306,24 +306,16 @@ def trusted_key_option(function):
         multiple=True,
         type=click.Path(path_type=Path, dir_okay=False),
         help="PEM public key (repeatable): accept only a vector whose signature (the .sig file next "
-        "to it) is by one of these keys and covers its current bytes.",
+        "to it) is by one of these keys and covers its current bytes and its card's.",
     )(function)
 
 
 def signature_text(vector, path) -> str:
-    """Who signed ``vector`` (loaded from ``path``): verified, recorded but not verified, or nobody."""
-    from dpmtv.artifact.signature import signer_key_sha256
-    from dpmtv.errors import ArtifactSignatureError
+    """Who signed ``vector`` (loaded from ``path``): verified, or in yellow, that it was not."""
+    from dpmtv.artifact.signature import signature_words
 
-    if vector.signer is not None:
-        return f"signed by {vector.signer.describe()}, verified"
-    try:
-        recorded = signer_key_sha256(path)
-    except ArtifactSignatureError as exc:
-        return f"[bold red]unreadable signature file[/] ({escape(str(exc))})"
-    if recorded is None:
-        return "unsigned"
-    return f"signed by key sha256:{recorded[:16]}… [bold yellow]NOT verified[/] (pass --trusted-key PUB.pem)"
+    words = escape(signature_words(vector.signer, path))
+    return words if vector.signer is not None else f"[bold yellow]{words}[/] (pass --trusted-key PUB.pem)"
 
 
 def print_vector_summary(metadata, *, path, signature: str | None = None) -> None:

@@ -74,8 +74,14 @@ def command(
         raise ParameterError("--trusted-key checks a --vector's signature; give --vector too")
     vector = load_task_vector(vector_path, trusted_keys=trusted_keys) if vector_path else None
     if vector is not None:  # on stderr, so that --json output stays one JSON object a line
-        signed = f"; signed by {vector.signer.describe()}" if vector.signer else ""
-        err_console.print(f"task vector: {guarantee_text(vector.metadata.privacy)}{signed}", highlight=False)
+        from rich.markup import escape
+
+        from dpmtv.artifact.signature import signature_words
+
+        signed = escape(signature_words(vector.signer, vector_path))
+        err_console.print(
+            f"task vector: {guarantee_text(vector.metadata.privacy)}; {signed}", highlight=False
+        )
     loaded = load_model(model_path, dtype=dtype, device=device)
     mode = None if patch_mode == "auto" else patch_mode
     if choices is not None:

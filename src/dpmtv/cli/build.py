@@ -28,7 +28,7 @@ from dpmtv.cli._output_path import (
 from dpmtv.cli._private_rounds import private_clip_settings, private_selection_settings
 from dpmtv.cli._ray import check_ray_installed, ray_executor
 from dpmtv.cli.budget import resolve_build_ledger
-from dpmtv.errors import DistributedError, DpmtvError, ParameterError
+from dpmtv.errors import DistributedError, ParameterError
 
 if TYPE_CHECKING:
     from dpmtv.heads import HeadSet
@@ -70,8 +70,7 @@ def command(**options) -> None:
     if options["as_json"]:
         print_json_summary(result.path, ledger_status=charge.status() if charge is not None else None)
         return
-    signature = _sign(result.path, options["sign_key"])
-    print_vector_summary(result.vector.metadata, path=result.path, signature=signature)
+    print_vector_summary(result.vector.metadata, path=result.path, signature=_signature_line(result.path))
     if charge is not None:
         _print_charge(charge)
 
@@ -93,18 +92,14 @@ def _check_options(options) -> None:
         check_signing_key(options["sign_key"])
 
 
-def _sign(path: Path, sign_key: Path | None) -> str | None:
-    """Sign the written artifact; after the charge a failure says that the charge stands."""
-    if sign_key is None:
-        return None
-    from dpmtv.artifact.signature import sign_task_vector, signer_key_sha256
+def _signature_line(path: Path) -> str:
+    """What the summary says of the signature the build wrote with the artifact (or its absence)."""
+    from dpmtv.artifact.signature import signature_path, signer_key_sha256
 
-    try:
-        signature = sign_task_vector(path, private_key=sign_key)
-    except (DpmtvError, OSError) as exc:
-        message = f"{path} was written (its charge stands) but could not be signed: {exc}"
-        raise ParameterError(message) from exc
-    return f"signed by key sha256:{signer_key_sha256(path)[:16]}… into {signature}"
+    signer = signer_key_sha256(path)
+    if signer is None:
+        return "unsigned (no --sign-key)"
+    return f"signed by key sha256:{signer[:16]}… into {signature_path(path)} (the artifact and its card)"
 
 
 def _build_charge(options) -> BuildCharge | None:
@@ -189,7 +184,12 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
     if charge is not None:
         model = loaded.name_or_path
         before_noise = charge.callback(
-            settings, model=model, library_version=__version__, artifact=out, started_at=started_at
+            settings,
+            model=model,
+            library_version=__version__,
+            artifact=out,
+            started_at=started_at,
+            num_records=len(records),  # recorded under replace-one only, where N is public
         )
     ray = options["ray_address"], options["workers"], options["gpus_per_worker"], loaded
     with ray_executor(*ray, dtype=options["dtype"], device=options["device"]) as executor:
@@ -203,6 +203,7 @@ def _build(loaded, records, heads, settings, options, charge: BuildCharge | None
                 before_noise=before_noise,
                 executor=executor,
                 started_at=started_at,
+                sign_key=options["sign_key"],
             )
         except BaseException as exc:
             _explain_failure(charge, exc)

@@ -144,6 +144,12 @@ API_KEY_ENV = "DPMTV_API_KEY"
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
+@click.option(
+    "--require-signature",
+    is_flag=True,
+    help="Refuse to start unless every vector is signed by a --trusted-key (and refuse to start "
+    "without one); without a trusted key the server serves, and says, unverified claims.",
+)
 @trusted_key_option
 @config_options
 def command(
@@ -166,7 +172,9 @@ def command(
 
     Queries are post-processing of released vectors: the server accepts no private records and
     spends no privacy budget. Each vector is checked like `dpmtv answer` (tensor hash, model
-    fingerprint) and refused at start-up if it fails.
+    fingerprint and, with --trusted-key, its signature over it and its card) and refused at
+    start-up if it fails; without a trusted key the start-up lines and /v1/models say that its
+    signature was not verified.
     """
     check_bind(host, api_key=api_key, insecure_no_auth=insecure_no_auth)
     try:
@@ -192,20 +200,29 @@ def command(
         patch_mode=None if patch_mode == "auto" else patch_mode,
         trusted_keys=settings.trusted_keys,
     )
-    for name, vector in served.vectors.items():
-        guarantee = guarantee_text(vector.vector.metadata.privacy)
-        signed = f"; signed by {vector.vector.signer.describe()}" if vector.vector.signer else ""
-        line = f"serving vector [bold]{name}[/] ({vector.path}): {guarantee}{signed}"
-        err_console.print(line, highlight=False)
-    err_console.print(
-        f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
-        highlight=False,
-    )
+    _print_start_up(served, host, port)
     install_log_rate_limit()
     app = create_app(served, settings)
     uvicorn.Server(
         uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
     ).run()
+
+
+def _print_start_up(served, host: str, port: int) -> None:
+    """One line per vector: its guarantee and what was verified of its signature; then the page."""
+    from rich.markup import escape
+
+    from dpmtv.artifact.signature import signature_words
+
+    for name, vector in served.vectors.items():
+        guarantee = guarantee_text(vector.vector.metadata.privacy)
+        signed = signature_words(vector.vector.signer, vector.path)
+        line = f"serving vector [bold]{name}[/] ({vector.path}): {guarantee}; {escape(signed)}"
+        err_console.print(line, highlight=False)
+    err_console.print(
+        f"zero-shot model name: [bold]{served.name}[/]; page at http://{_url_host(host)}:{port}/",
+        highlight=False,
+    )
 
 
 def _settings(api_key: str | None, limits: dict, trusted_keys=()):

@@ -17,10 +17,12 @@ from dpmtv.cli._common import console
     help="PEM EC private key (openssl ecparam -name prime256v1 -genkey -noout -out key.pem).",
 )
 def command(artifact, private_key):
-    """Sign a task vector: write ARTIFACT.sig (OpenSSF model-signing, key-based, no network).
+    """Sign a task vector and its model card: write ARTIFACT.sig (OpenSSF model-signing,
+    key-based, no network), one manifest over ARTIFACT and the card beside it.
 
     The artifact is verified first (hashes and the consistency of its claim), so a key never
-    vouches for a claim that contradicts its own numbers. Readers check it with --trusted-key."""
+    vouches for a claim that contradicts its own numbers. Readers check it with --trusted-key;
+    a card edited after signing is refused with it."""
     from dpmtv.artifact.signature import sign_task_vector, signer_key_sha256
     from dpmtv.artifact.vector import load_task_vector
 

@@ -90,6 +90,7 @@ from dpmtv.ledger.format import (
     check_unit,
     now,
 )
+from dpmtv.ledger.public_n import same_num_records
 from dpmtv.ledger.records import Charge, ChargeReceipt, DatasetStatus, Void, _DatasetRow
 from dpmtv.privacy.calibrate import validate_epsilon_delta
 from dpmtv.privacy.disjoint import ChargedEvent, charged_event_from_json, composed_epsilon
@@ -221,9 +222,9 @@ class Ledger:
         build passes its start time, since a time taken after private computation times it).
 
         In one ``BEGIN IMMEDIATE`` transaction: check the build's relation and unit are the
-        dataset's, read the previous charges, compose them with ``event`` (PLD accountant, at
-        the dataset's δ), and insert the charge only if the composed ε is <= the budget ε
-        (equality is allowed).
+        dataset's, read the previous charges (and their N, :mod:`dpmtv.ledger.public_n`), compose
+        them with ``event`` (PLD accountant, at the dataset's δ), and insert the charge only if the
+        composed ε is <= the budget ε (equality is allowed).
 
         Raises:
             BudgetExceededError: the composition would exceed the budget (spent, budget and the
@@ -239,7 +240,7 @@ class Ledger:
         with self._transaction(immediate=True) as conn:
             row = self._intact_row(conn, name)
             _check_same_relation(name, row, relation, unit)
-            previous = [c.event for c in self._charges(conn, name)]
+            previous = same_num_records(name, relation, self._charges(conn, name), parameters)
             after = _check_fits(name, row, previous, event)
             receipt = ChargeReceipt(
                 uuid.uuid4().hex, name, after, row.epsilon, row.delta, charged_at or _now()

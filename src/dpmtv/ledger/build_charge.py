@@ -77,11 +77,13 @@ class BuildCharge:
         library_version: str,
         artifact: Path | None,
         started_at: str | None = None,
+        num_records: int | None = None,
     ) -> LedgerCharge:
         """The build's ``before_noise``: it charges (or voids) once, recording public parameters;
         ``started_at``: the build's one stored time (:class:`~dpmtv.ledger.charge.LedgerCharge`).
         ``settings`` is the build's :class:`~dpmtv.pipeline.settings.BuildSettings`, read and not
-        imported: the ledger sits below the pipeline."""
+        imported: the ledger sits below the pipeline. ``num_records``: the records' N, recorded
+        under replace-one only (:mod:`dpmtv.ledger.public_n`)."""
         self.charge = LedgerCharge.for_build(
             self.ledger,
             self.dataset,
@@ -91,6 +93,7 @@ class BuildCharge:
             artifact=artifact,
             void_reason=self.void_reason,
             started_at=started_at,
+            num_records=num_records,
         )
         return self.charge
 

@@ -11,6 +11,7 @@ from dpmtv._build_time import build_timestamp
 from dpmtv.errors import BudgetExceededError
 from dpmtv.ledger.book import Ledger
 from dpmtv.ledger.format import check_name, check_relation, check_unit
+from dpmtv.ledger.public_n import NUM_RECORDS, same_num_records
 from dpmtv.ledger.records import ChargeReceipt, DatasetStatus, Void
 from dpmtv.privacy.disjoint import ChargedEvent
 
@@ -67,10 +68,12 @@ class LedgerCharge:
         artifact: str | Path | None,
         void_reason: str | None = None,
         started_at: str | None = None,
+        num_records: int | None = None,
     ) -> LedgerCharge:
         """The charge of one build, recording the build's PUBLIC parameters only (never data):
-        its ``settings`` (a :class:`dpmtv.pipeline.settings.BuildSettings`), the model's name and the
-        library version."""
+        its ``settings`` (a :class:`dpmtv.pipeline.settings.BuildSettings`), the model's name, the
+        library version and, under replace-one only (where it is public), ``num_records``, the N
+        that later charges of the dataset must share (:mod:`dpmtv.ledger.public_n`)."""
         relation, unit = settings.relation.value, settings.privacy_unit.value
         parameters = {
             "epsilon": settings.epsilon,
@@ -87,6 +90,8 @@ class LedgerCharge:
             "head_selection": settings.head_selection,
             "dpmtv": library_version,
         }
+        if relation == "replace-one" and num_records is not None:  # add-remove-one: N is private
+            parameters[NUM_RECORDS] = int(num_records)
         return cls(
             ledger,
             dataset,
@@ -112,6 +117,8 @@ class LedgerCharge:
         if self.void_reason is not None:
             self.ledger.status(self.dataset)
             return None
+        charges = self.ledger.status(self.dataset).charges
+        same_num_records(self.dataset, self.neighbouring_relation, charges, self.parameters)
         return self.ledger.check_charge(
             self.dataset,
             event,

@@ -109,6 +109,7 @@ def build_task_vector(
     before_noise: BeforeNoise | None = None,
     executor: Executor | None = None,
     started_at: str | None = None,
+    sign_key: str | Path | None = None,
 ) -> BuildResult:
     """Build a private task vector from ``records`` and (optionally) write it to ``out``.
 
@@ -120,7 +121,8 @@ def build_task_vector(
     chunks' votes and sums the release chunks' clipped vectors (default: this process;
     :class:`dpmtv.distributed.RayExecutor` on Ray workers); noise is added here, once, either way.
     ``started_at`` (:mod:`dpmtv._build_time`; default ``before_noise.started_at``, else now) is
-    the one time stored: the artifact's ``created_at`` and file time, the ledger's rows.
+    the one time stored: the artifact's ``created_at`` and file time, the ledger's rows. ``sign_key``
+    (a PEM EC private key) signs the artifact and its card as they are written.
     Records are validated before the charge (:mod:`dpmtv.pipeline.validation`); after it a
     failing chunk contributes zero (:mod:`dpmtv.forward.failed_chunks`) and errors are withheld
     (:mod:`dpmtv.pipeline.private_phase`).
@@ -131,9 +133,7 @@ def build_task_vector(
     settings = _with_prompt_budget(loaded, settings)
     plan = plan_build(loaded, records, heads, settings)
     charge = _ChargeOnce(before_noise, plan.event)  # a ledger's preview runs here, before any data
-    validate_build_inputs(
-        loaded.adapter, records, plan.candidates, settings
-    )  # before the charge and any private pass
+    validate_build_inputs(loaded.adapter, records, plan.candidates, settings)  # before the charge
     chunked = plan.layout.chunked
     release = run_private_phase(
         lambda: private_release(loaded, records, heads, settings, plan, charge, executor),
@@ -153,7 +153,7 @@ def build_task_vector(
         created_at=started_at,
         clip_norm_selection=None if clip_choice is None else clip_choice.to_metadata(),
     )
-    path = save_task_vector(vector, out) if out is not None else None
+    path = save_task_vector(vector, out, sign_key=sign_key) if out is not None else None
     if path is not None:  # the file's time is the build's one time too
         os.utime(path, (timestamp_seconds(started_at),) * 2)
     num_unused = chunked.partition.num_unused

@@ -34,7 +34,7 @@ from dpmtv.privacy.clip_quantile import (
 )
 from dpmtv.privacy.disjoint import ChargedEvent, DisjointReleases
 from dpmtv.privacy.noise import NoiseSampler
-from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, plan_private_selection
+from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, monotone_scores, plan_private_selection
 from dpmtv.privacy.release import GaussianReleasePlan, plan_gaussian_release
 from dpmtv.privacy.sensitivity import worst_case_clip_norms
 from dpmtv.privacy.signal import signal_to_noise_per_layer, weak_signal_warnings
@@ -185,6 +185,7 @@ def plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
         return None
     candidates = selection.method == "candidates"  # one round of sensitivity 1 (selection.candidates)
     assert selection.selection_fraction is not None  # PrivateSelectionSettings fills its defaults when made
+    utility = selection.utility if selection.chooses_after_release else None
     return plan_private_selection(
         total_epsilon=settings.epsilon,
         total_delta=settings.delta,
@@ -192,6 +193,7 @@ def plan_selection(settings: BuildSettings) -> PrivateSelectionPlan | None:
         max_votes_per_chunk=1 if candidates else selection.max_votes_per_chunk,
         selection_fraction=selection.selection_fraction,
         composition=selection.composition,
+        monotone=monotone_scores(utility=utility, neighbouring_relation=settings.relation.value),
     )
 
 

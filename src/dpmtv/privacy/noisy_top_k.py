@@ -33,6 +33,21 @@ each round with the same ``b`` (Durfee & Rogers, NeurIPS 2019, Lemma 4.2). Each 
 (non-monotone) certifies ``ρ = k·ε₀²/8`` zCDP for this Gumbel scale (Cesar & Rogers 2021) and
 ``ε = 2k·Δ∞/b`` for its exponential-noise variant (tests check both).
 
+Monotone scores (:func:`monotone_scores`): the factor 1. The choice on the release
+(:mod:`dpmtv.selection.released`) scores candidate ``S`` by ``U(S) = Σ_r u_r(S)``, one term
+``u_r(S) ∈ [0, 1]`` per record, computed from record ``r`` alone (given the released vector). Under
+add-remove-one, the neighbour ``D' = D ∪ {r'}`` has ``U'(S) = U(S) + u_{r'}(S)`` for EVERY ``S``:
+all scores move the same way, by ``0 <= U' − U <= Δ∞ = 1``. Then ``P[S] ∝ exp(ε₀·U(S)/Δ∞)`` (Gumbel
+scale ``b = Δ∞/ε₀``, half the general one) is ``ε₀``-DP (McSherry & Talwar 2007, the monotone case
+of their Theorem 6): with ``Z = Σ_S exp(ε₀U(S))``,
+``P'[S]/P[S] = exp(ε₀(U'(S) − U(S))) · Z/Z'``, where the first factor is in ``[1, e^ε₀]`` and
+``Z/Z' ∈ [e^−ε₀, 1]`` (each term of ``Z'`` is between 1 and ``e^ε₀`` times its term in ``Z``); so the
+ratio is in ``[e^−ε₀, e^ε₀]``, in both directions (removing a record is the same pair read the other
+way). Under replace-one one term changes either way (``u_r`` out, ``u_{r'}`` in): scores move in
+different directions and the factor 2 stays. The chunk votes and chunk utilities are never
+monotone (a chunk's content changes, its vote can go either way). The event is the same
+``ε₀``-DP ``RR`` pair either way: only the noise is halved, never the accounting.
+
 Accounting (:func:`noisy_top_k_event`). We do not hand-compose. Any ``ε₀``-DP mechanism is, on
 every pair of neighbouring inputs, a post-processing of randomized response
 ``RR_ε₀ = (Bern(e^ε₀/(1+e^ε₀)), Bern(1/(1+e^ε₀)))`` (Kairouz, Oh & Viswanath 2015; Murtagh &
@@ -77,6 +92,7 @@ __all__ = [
     "DEFAULT_CANDIDATE_SELECTION_FRACTION",
     "DEFAULT_RELEASED_SELECTION_FRACTION",
     "DEFAULT_SELECTION_FRACTION",
+    "RECORD_SUM_UTILITIES",
     "PrivateSelectionPlan",
     "SelectionBudget",
     "noisy_top_k",
@@ -88,6 +104,7 @@ __all__ = [
     "plan_private_selection",
     "split_budget",
     "head_vote_counts",
+    "monotone_scores",
 ]
 
 # Measured on synthetic vote histograms (k = k' = 10 of 784 heads, δ = 1e-5; the 10 true heads
@@ -133,11 +150,26 @@ def head_vote_counts(
     return counts
 
 
-def noisy_top_k_scale(*, epsilon: float, k: int, linf_sensitivity: float = 1.0) -> float:
-    """Gumbel scale ``b = 2·k·Δ∞/ε`` making one-shot top-k ``ε``-DP (non-monotone scores)."""
+# The utilities that are a sum over records of one term in [0, 1] each, computed from that record
+# alone: the choice on the release's (dpmtv.selection.released). Monotone under add-remove-one.
+RECORD_SUM_UTILITIES = ("released-probability",)
+
+
+def monotone_scores(*, utility: str | None, neighbouring_relation: str) -> bool:
+    """Whether the scores can only grow when a record is added and only shrink when one is removed:
+    a record-sum utility under add-remove-one (module docstring, "Monotone scores")."""
+    return utility in RECORD_SUM_UTILITIES and str(neighbouring_relation) == "add-remove-one"
+
+
+def noisy_top_k_scale(
+    *, epsilon: float, k: int, linf_sensitivity: float = 1.0, monotone: bool = False
+) -> float:
+    """Gumbel scale ``b = 2·k·Δ∞/ε`` making one-shot top-k ``ε``-DP; ``b = k·Δ∞/ε`` for
+    ``monotone`` scores (module docstring). The one place the exponential mechanism's factor is set."""
     epsilon = check_positive("epsilon", epsilon)
     k = check_int("k", k, minimum=1)
-    return 2.0 * k * check_positive("linf_sensitivity", linf_sensitivity) / epsilon
+    factor = 1.0 if monotone else 2.0
+    return factor * k * check_positive("linf_sensitivity", linf_sensitivity) / epsilon
 
 
 def noisy_top_k(
@@ -147,9 +179,11 @@ def noisy_top_k(
     epsilon: float,
     rng: np.random.Generator | None = None,
     allow_non_private: bool = False,
+    monotone: bool = False,
 ) -> tuple[int, ...]:
     """Indices of the top ``k`` of ``scores + Gumbel(0, b)``, best first, ``b`` from
-    :func:`noisy_top_k_scale` (sensitivity 1, i.e. a vote histogram).
+    :func:`noisy_top_k_scale` (sensitivity 1; ``monotone``: scores that move together, see
+    :func:`monotone_scores`).
 
     Without ``rng`` the noise comes from OpenDP's exact, floating-point-safe sampler over the OS
     CSPRNG (integer scores); an ``rng`` (numpy) is for tests and seeded experiments only.
@@ -162,10 +196,10 @@ def noisy_top_k(
         raise ParameterError(f"k must be in [1, {scores.shape[0]}] for scores of shape {scores.shape}")
     if math.isinf(float(epsilon)) and float(epsilon) > 0:
         return _exact_top_k(scores, k, allow_non_private)
-    scale = noisy_top_k_scale(epsilon=epsilon, k=k)
+    scale = noisy_top_k_scale(epsilon=epsilon, k=k, monotone=monotone)
     if rng is not None:
         return _exact_top_k(scores + rng.gumbel(0.0, scale, size=scores.shape), k, True)
-    return _opendp_top_k(scores, k, scale)
+    return _opendp_top_k(scores, k, scale, monotone=monotone)
 
 
 def _exact_top_k(scores: np.ndarray, k: int, allow: bool) -> tuple[int, ...]:
@@ -178,15 +212,16 @@ def _exact_top_k(scores: np.ndarray, k: int, allow: bool) -> tuple[int, ...]:
     return tuple(int(i) for i in order[:k])
 
 
-def _opendp_top_k(scores: np.ndarray, k: int, scale: float) -> tuple[int, ...]:
+def _opendp_top_k(scores: np.ndarray, k: int, scale: float, *, monotone: bool) -> tuple[int, ...]:
     """OpenDP ``make_noisy_top_k`` with zCDP output measure: Gumbel noise (its MaxDivergence
-    variant uses exponential noise, i.e. permute-and-flip, a different distribution)."""
+    variant uses exponential noise, i.e. permute-and-flip, a different distribution); its metric
+    says whether the scores are monotone, so that its own privacy map matches the scale."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
     integral = np.issubdtype(scores.dtype, np.integer)
     atom = dp.atom_domain(T=int) if integral else dp.atom_domain(T=float, nan=False)
-    metric = dp.linf_distance(T=int if integral else float, monotonic=False)
+    metric = dp.linf_distance(T=int if integral else float, monotonic=monotone)
     measurement = dp.m.make_noisy_top_k(
         dp.vector_domain(atom), metric, dp.zero_concentrated_divergence(), k=k, scale=float(scale)
     )
@@ -244,6 +279,7 @@ class PrivateSelectionPlan:
     composition: str
     budget: SelectionBudget
     event: dp_accounting.DpEvent
+    monotone: bool = False  # scores that move together (the noise scale's factor 1, not 2)
 
     @property
     def fixed_events(self) -> tuple[dp_accounting.DpEvent, ...]:
@@ -258,8 +294,10 @@ def plan_private_selection(
     max_votes_per_chunk: int | None = None,
     selection_fraction: float = DEFAULT_SELECTION_FRACTION,
     composition: str = "sequential",
+    monotone: bool = False,
 ) -> PrivateSelectionPlan:
     """Plan a private selection of ``k`` heads within a total ``(ε, δ)`` (module docstring).
+    ``monotone`` (:func:`monotone_scores`) halves the Gumbel scale; the event is the same.
 
     Sequential: ``ε_sel = fraction·ε`` and ``plan.fixed_events`` go to ``plan_gaussian_release``.
     Parallel (disjoint chunk halves): the selection gets the whole ``ε`` and the release is
@@ -283,10 +321,11 @@ def plan_private_selection(
         k=k,
         max_votes_per_chunk=k_prime,
         epsilon_selection=eps_sel,
-        noise_scale=noisy_top_k_scale(epsilon=eps_sel, k=k),
+        noise_scale=noisy_top_k_scale(epsilon=eps_sel, k=k, monotone=monotone),
         composition=composition,
         budget=budget,
         event=noisy_top_k_event(epsilon=eps_sel, k=k),
+        monotone=monotone,
     )
 
 

@@ -59,7 +59,7 @@ from dpmtv.heads import HeadSet
 from dpmtv.models.loading import LoadedModel
 from dpmtv.privacy import Partition
 from dpmtv.privacy.events import event_to_json
-from dpmtv.privacy.noisy_top_k import PrivateSelectionPlan, noisy_top_k
+from dpmtv.privacy.noisy_top_k import RECORD_SUM_UTILITIES, PrivateSelectionPlan, noisy_top_k
 from dpmtv.selection._search import mask_of
 from dpmtv.selection.private import _held_out_query, task_chunk_scores
 from dpmtv.selection.result import SelectionResult
@@ -78,8 +78,9 @@ __all__ = [
 ]
 
 CHUNK_UTILITIES = ("correct", "probability", "noisy-correct", "noisy-probability")
-# scored on the released pool vector instead, after the release (dpmtv.selection.released)
-RELEASED_UTILITIES = ("released-probability",)
+# scored on the released pool vector instead, after the release (dpmtv.selection.released): a sum
+# over records of one term each, which the noise scale's factor reads (privacy.noisy_top_k)
+RELEASED_UTILITIES = RECORD_SUM_UTILITIES
 CANDIDATE_UTILITIES = (*CHUNK_UTILITIES, *RELEASED_UTILITIES)
 
 
@@ -302,6 +303,7 @@ def candidate_choice(
             "epsilon_selection": plan.epsilon_selection,
             "selection_fraction": plan.budget.selection_fraction,
             "noise_scale": plan.noise_scale,
+            "monotone": plan.monotone,
             "composition": plan.composition,
             "sampler": "seeded-numpy-gumbel (INSECURE)" if seeded else "opendp-gumbel",
             "event": event_to_json(plan.event),

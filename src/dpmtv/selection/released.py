@@ -16,14 +16,18 @@ Mechanism.
 2. For every private record ``r`` and public candidate ``S ⊆ P``: ``u_r(S)`` = the probability of
    ``r``'s first answer token on ``r``'s zero-shot question with ``v`` patched into ``S``'s heads
    (:func:`record_utilities`), in ``[0, 1]``. Totals ``U(S) = Σ_r u_r(S)``; one exponential-mechanism
-   choice (:func:`dpmtv.privacy.noisy_top_k.noisy_top_k`, ``k = 1``, Gumbel scale ``2/ε_sel``).
+   choice (:func:`dpmtv.privacy.noisy_top_k.noisy_top_k`, ``k = 1``, Gumbel scale ``2/ε_sel``, or
+   ``1/ε_sel`` under add-remove-one, where the totals are monotone).
 3. The artifact is ``v`` on the chosen heads: post-processing of (1) and (2).
 
 Sensitivity. Given ``v``, ``u_r`` is a function of record ``r`` alone (and of ``v``, the public model
 and the candidates). Replace-one changes one record, hence one term of every total: ``L∞ = 1``.
-Add-remove-one adds or removes one term in ``[0, 1]``: the same bound. A user's ``k`` records would
-move it by ``k``: user level is refused (:class:`dpmtv.pipeline.settings.BuildSettings`). A record
-whose scoring fails contributes 0 to every total (a constant: the bound holds).
+Add-remove-one adds or removes one term in ``[0, 1]``: the same bound, and every total moves the
+same way, so the exponential mechanism needs no factor 2 (``P ∝ exp(ε_sel·U)``, the derivation in
+:mod:`dpmtv.privacy.noisy_top_k`, "Monotone scores"); replace-one keeps ``exp(ε_sel·U/2)``. A
+user's ``k`` records would move it by ``k``: user level is refused
+(:class:`dpmtv.pipeline.settings.BuildSettings`). A record whose scoring fails contributes 0 to
+every total (a constant: the bound holds).
 
 Privacy. The choice is ``ε_sel``-DP for every fixed ``v``, and ``v`` is the Gaussian release: their
 adaptive composition is what the build accounts, the choice as ``DiscreteLaplaceDpEvent(ε_sel, 1)``
@@ -125,7 +129,7 @@ def select_on_release(
     started = time.perf_counter()
     values = pool_values(rows, pool, loaded.adapter)
     totals = record_utilities(loaded.adapter, records, values, candidates, progress=progress).sum(axis=0)
-    (picked,) = noisy_top_k(totals, k=1, epsilon=plan.epsilon_selection, rng=rng)
+    (picked,) = noisy_top_k(totals, k=1, epsilon=plan.epsilon_selection, rng=rng, monotone=plan.monotone)
     del totals  # private: only the noisy choice leaves
     return candidate_choice(
         candidates,

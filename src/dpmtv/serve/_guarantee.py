@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpmtv.artifact._claim_words import floating_point_caveat, floating_point_safe, seeded_noise_words
+from dpmtv.artifact.signature import SIGNATURE_NOT_VERIFIED
 from dpmtv.serve._served import ServedModel, ServedVector
 
 QUERIES_ARE_FREE = (
@@ -44,13 +45,30 @@ def guarantee(served: ServedVector) -> dict[str, Any]:
             for key in ("architecture", "model_type", "config_sha256", "attention_weights_sha256")
         },
         "signed_by_key_sha256": served.vector.signer.key_sha256 if served.vector.signer else None,
+        "signature_verified": served.vector.signer is not None,
         "created_at": metadata.created_at,
         "library_version": metadata.library_version,
     }
 
 
 def privacy_statement(served: ServedVector) -> str:
-    """The guarantee in plain words, for people reading the page."""
+    """The guarantee in plain words, for people reading the page, then what the server checked of
+    the vector's signature."""
+    return f"{_claim_statement(served)} {signature_statement(served)}"
+
+
+def signature_statement(served: ServedVector) -> str:
+    """Who signed the vector, verified with a trusted key; else that nothing vouches for its claim."""
+    signer = served.vector.signer
+    if signer is not None:
+        return f"Signed by key sha256:{signer.key_sha256[:16]}…, verified at start-up with a trusted key."
+    return (
+        f"Unsigned or {SIGNATURE_NOT_VERIFIED}: the server was started without a trusted key, so the "
+        "numbers above are the file's own claim, which anyone could have written."
+    )
+
+
+def _claim_statement(served: ServedVector) -> str:
     privacy = served.vector.metadata.privacy
     if not privacy.private and privacy.noise_std > 0:
         return (

@@ -30,6 +30,7 @@ class ServeSettings:
     prepare_workers: int = 2  # threads that parse, decode and encode requests off the event loop
     # PEM public keys: when given, every served vector must be signed by one of them
     trusted_keys: tuple[Path, ...] = ()
+    require_signature: bool = False  # refuse to start without a trusted key (so every vector is verified)
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS  # Host names accepted without an API key; "*": any
     allowed_origins: tuple[str, ...] = ()  # cross-origin callers allowed (CORS); "*": any
     header_timeout_s: float = 10.0  # from a request's first byte (or the connection) to its last header
@@ -66,6 +67,11 @@ class ServeSettings:
                 raise ParameterError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.api_key is not None:
             check_api_key(self.api_key)
+        if self.require_signature and not self.trusted_keys:
+            raise ParameterError(
+                "require_signature is set but no trusted key is given: add --trusted-key PUB.pem (the "
+                "signer's public key), since without one no signature can be verified"
+            )
 
 
 def check_api_key(key: str) -> None:
