@@ -112,6 +112,7 @@ _LOAD_OPTIONS = (
         type=click.Path(exists=True, dir_okay=False),
         hidden=True,
         expose_value=False,
+        help="Deprecated: the old name of --model-spec (removed in the next release).",
         callback=lambda ctx, _, value: _deprecated_alias(
             ctx, value, "--adapter", "--model-spec", "adapter_spec"
         ),
