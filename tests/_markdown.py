@@ -37,3 +37,8 @@ def assert_tables_valid(text: str, *, expect_tables: bool = True) -> int:
         for line, cells in zip(lines, [header, separator, *rows], strict=True):
             assert len(cells) == len(header), f"{len(cells)} cells under a header of {len(header)}: {line}"
     return len(tables)
+
+
+#: A dash standing for a missing value ("| — |", "and — of MTV's"): one between spaces, bars or
+#: brackets; a list item's leading "- " and ranges such as "0.36–0.37" are not.
+BARE_DASH = re.compile(r"(?<=[ |(])[—–-](?=[ |)]|$)", flags=re.MULTILINE)

@@ -119,7 +119,7 @@ def _plain_lines(description: str, total: int, *, private: bool) -> Iterator[Cal
     finally:
         stop.set()
         ticker.join()
-    _say(f"{status()}, done")
+    _say(f"{description}: {done[0]}/{total}, done in {_clock(time.monotonic() - started)}")
 
 
 def _tick(stop: threading.Event, status: Callable[[], str]) -> None:
