@@ -149,7 +149,7 @@ def test_the_closing_sentences_are_at_most_six_and_carry_the_caveat(tmp_path):
 
 
 def test_every_table_of_the_report_parses(tmp_path):
-    """report.md rebuilt from the shipped demo's summary (docs/demo): every table parses."""
+    """report.md rebuilt from the shipped --full demo's summary (docs/demo-full): every table parses."""
     import json
     from pathlib import Path
 
@@ -157,7 +157,7 @@ def test_every_table_of_the_report_parses(tmp_path):
     from dpmtv.demo.report import write_outputs
     from tests._markdown import BARE_DASH, assert_tables_valid
 
-    shipped = Path(__file__).parents[2] / "docs" / "demo"
+    shipped = Path(__file__).parents[2] / "docs" / "demo-full"
     meta = json.loads((shipped / "summary.json").read_text())
     rows = json.loads((shipped / "results.json").read_text())
     config = DemoConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})

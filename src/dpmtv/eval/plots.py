@@ -70,12 +70,12 @@ _MARKER_SHIFT = {"zero-shot": 0.88, "icl": 0.94, "mtv": 1.06}
 
 def _reference_lines(ax, rows: list[dict], epsilons) -> None:
     """The non-private rows as horizontal lines in their method's style, with the method's marker
-    at each ε (shifted per method) and the value in the legend."""
+    at each ε (shifted per method); the legend label is the method's, as in every figure."""
     for row in rows:
         if row["privacy"] == "private" or row["mean"] is None or math.isnan(row["mean"]):
             continue
         style = method_style(row["method"])
-        label = f"{method_label(row['method'])}: {row['mean']:.3f}"
+        label = method_label(row["method"])
         ax.axhline(row["mean"], linewidth=1.4, zorder=3, **style.reference())
         shift = _MARKER_SHIFT.get(method_family(row["method"]), 1.0)
         xs = [float(e) * shift for e in epsilons] or [1.0]
