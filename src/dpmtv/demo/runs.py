@@ -177,7 +177,7 @@ def public_release(loaded, task: Task, config: DemoConfig) -> tuple[HeadSet, tup
         k=TYPED_RULE_HEADS,
         num_dev=PUBLIC_DEV_QUERIES,
         batch_size=32,
-        progress=False,
+        progress=True,  # public data: minutes on a loaded machine, not silent
     )
     clip = public_clip_norms(loaded, public, result.heads, shots_per_chunk=shots, batch_size=32)
     return result.heads, clip
