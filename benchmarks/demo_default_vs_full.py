@@ -53,7 +53,7 @@ def main() -> None:
             print(json.dumps(runs), flush=True)
             rounds.append(runs)
     document = {
-        "what": "dpmtv demo (default: 12 tasks x 3 seeds, shots curve on 8 images) against dpmtv demo "
+        "what": "dpmtv demo (default: 9 tasks x 3 seeds, shots curve on 8 images) against dpmtv demo "
         "--full (35 tasks x 3 seeds, shots curve on 16), one run each per round, same machine",
         "command": " ".join(["python", "benchmarks/demo_default_vs_full.py", *sys.argv[1:]]),
         "cpus": os.cpu_count(),

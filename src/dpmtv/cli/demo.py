@@ -16,7 +16,7 @@ from dpmtv.cli._common import console, float_list
 @click.option(
     "--full",
     is_flag=True,
-    help="Every task of the suite (15 seen, 20 held out) instead of the default's 12, and the shots "
+    help="Every task of the suite (15 seen, 20 held out) instead of the default's 9, and the shots "
     "curve on 16 test images per task instead of 8 (about twice the default's time).",
 )
 @click.option("--records-per-task", type=int, help="N private records per task (default 2048).")
@@ -69,7 +69,7 @@ def command(
 ):
     """The paper's comparison on the packaged embedded model, a preset of `dpmtv eval` (each
     task and seed is the embedded:TASK benchmark): zero-shot, 16-shot ICL, MTV and
-    DP-MTV at ε ∈ {0.5, 1, 2, 4, 8} over 3 seeds, on 12 tasks (--full: all 35), reported
+    DP-MTV at ε ∈ {0.5, 1, 2, 4, 8} over 3 seeds, on 9 tasks (--full: all 35), reported
     separately for the tasks seen in training and the held-out tasks the model learns from the
     demonstrations alone, with the accuracy on the queries only the demonstrations can settle;
     writes report.md, privacy_utility.png, deciding_cells.png, accuracy_vs_shots.png,
