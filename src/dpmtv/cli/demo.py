@@ -17,7 +17,7 @@ from dpmtv.cli._common import console, float_list
     "--full",
     is_flag=True,
     help="Every task of the suite (15 seen, 20 held out) instead of the default's 9, and the shots "
-    "curve on 16 test images per task instead of 8 (about twice the default's time).",
+    "curve on 16 test images per task instead of 8 (about three times the default's time).",
 )
 @click.option("--records-per-task", type=int, help="N private records per task (default 2048).")
 @click.option("--shots-per-chunk", type=int, help="Records per chunk s (default 8).")
