@@ -160,7 +160,7 @@ def test_demo_quick_runs_end_to_end_on_the_embedded_model(runner, tmp_path):
     out = tmp_path / "demo"
     result = runner.invoke(main, ["demo", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "keeps" in result.output and "differentially private" in result.output
+    assert "Shown:" in result.output and "differentially private" in result.output
     rows = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in rows} == {"zero-shot", "icl-16 (non-private)", "mtv (non-private)", "dp-mtv"}
     keys = {"method", "task", "group", "held_out", "epsilon", "seed", "accuracy"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from dpmtv.demo import RERUN_NOTE, gain_kept
 from dpmtv.demo.report import _group_cells
@@ -112,3 +113,61 @@ def test_the_reports_command_names_a_checkpoint_override(monkeypatch):
     assert command_line(default_config(quick=False)).startswith(
         f"{CHECKPOINT_ENV}='/models/my retrained' dpmtv demo"
     )
+
+
+def _held_out(zero: float, icl: float, mtv: float, dp: float) -> list[dict]:
+    rows = _summary(zero=0.47, icl=0.79, mtv=0.80, dp=0.79)
+    for row, deciding in zip(rows, (zero, icl, mtv, dp)):
+        row["deciding_accuracy"] = deciding
+    return rows
+
+
+def test_a_method_below_zero_shot_is_said_to_fall_below_it_not_to_keep_a_negative_share():
+    from dpmtv.demo.story import gain_words
+
+    words = gain_words(_held_out(0.587, 0.668, 0.518, 0.514), key="deciding_accuracy")
+    assert words == "DP-MTV at ε = 1 fell below zero-shot (0.514 against 0.587)"
+    assert "keeps 50% of ICL's gain" in gain_words(_summary(zero=0.5, icl=0.9, mtv=0.8, dp=0.7))
+    assert "no share of ICL's gain" in gain_words(_summary(zero=0.5, icl=0.52, mtv=0.8, dp=0.7))
+
+
+def test_the_closing_sentences_are_at_most_six_and_carry_the_caveat(tmp_path):
+    from dpmtv.demo.config import default_config
+    from dpmtv.demo.story import EMBEDDED_MODEL_DOCS, closing_sentences
+
+    summary = {
+        "seen": _summary(zero=0.37, icl=0.93, mtv=0.93, dp=0.93),
+        "held_out": _held_out(0.587, 0.668, 0.518, 0.514),
+        "label_maps": _summary(zero=0.0, icl=0.51, mtv=0.29, dp=0.28),
+    }
+    sentences = closing_sentences(summary, default_config(), tmp_path / "a.safetensors")
+    assert len(sentences) <= 6 and sentences[0].startswith("Shown: zero-shot, 16-shot ICL, MTV and DP-MTV")
+    (caveat,) = [s for s in sentences if "only the demonstrations can settle" in s]
+    assert "MTV and DP-MTV fell below zero-shot (0.59)" in caveat
+    assert EMBEDDED_MODEL_DOCS in sentences[-1] and str(tmp_path / "a.safetensors") in sentences[-1]
+    assert not any(re.search(r"-\d+\s?%|—", s) for s in sentences)
+
+
+def test_every_table_of_the_report_parses(tmp_path):
+    """report.md rebuilt from the shipped --full demo's summary (docs/demo-full): every table parses."""
+    import json
+    from pathlib import Path
+
+    from dpmtv.demo.config import DemoConfig
+    from dpmtv.demo.report import write_outputs
+    from tests._markdown import BARE_DASH, assert_tables_valid
+
+    shipped = Path(__file__).parents[2] / "docs" / "demo-full"
+    meta = json.loads((shipped / "summary.json").read_text())
+    rows = json.loads((shipped / "results.json").read_text())
+    config = DemoConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})
+    artifact = tmp_path / "task_eps1.safetensors"
+    shots, releases, per_task = meta["icl_by_shots"], meta["releases"], meta["per_task"]
+    references = meta["demonstration_references"]
+    summary = meta["summary"]
+    write_outputs(tmp_path, rows, summary, shots, config, releases, artifact, 1.0, per_task, references)
+    report = (tmp_path / "report.md").read_text()
+    assert assert_tables_valid(report) == 4  # all queries, deciding cells, per task, shots
+    assert not BARE_DASH.search(report)
+    for name in ("privacy_utility.png", "deciding_cells.png", "accuracy_vs_shots.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"

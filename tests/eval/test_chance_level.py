@@ -9,6 +9,7 @@ import pytest
 from dpmtv.eval import LoadOptions, load_record_files
 from dpmtv.eval.report import markdown_report, summarise
 from dpmtv.eval.runner import EvalResults, RunResult, chance_level
+from tests._markdown import assert_tables_valid
 from tests.conftest import write_records
 
 
@@ -68,6 +69,7 @@ def test_rows_at_chance_are_marked_and_the_fallback_is_explained(benchmark):
         queries_curve=None,
     )
     text = markdown_report(results, summarise(results))
+    assert_tables_valid(text)
     assert "Chance level (accuracy): 0.333" in text
     assert "DP-ICL always answers with one of the candidate answers" in text
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}

@@ -22,6 +22,7 @@ from dpmtv.errors import ParameterError
 from dpmtv.eval.benchmarks import LoadOptions, load_benchmark
 from dpmtv.eval.benchmarks.embedded import public_selection, recognition_lines
 from dpmtv.eval.methods import icl_demonstrations
+from tests._markdown import assert_tables_valid
 
 
 def test_the_benchmark_is_the_demos_records_at_the_split_seed_with_their_ceiling():
@@ -91,6 +92,7 @@ def test_eval_reports_what_the_demonstrations_could_teach(tmp_path):
         )
     report = (out / "report.md").read_text()
     assert "## What the demonstrations could teach" in report
+    assert_tables_valid(report)
     section = report.split("## What the demonstrations could teach")[1].split("\n## ")[0]
     table = [line for line in section.splitlines() if line.startswith("| ICL 4-shot")]
     assert [line.split(" | ")[2] for line in table] == list(bayes.LEARNERS)

@@ -20,6 +20,7 @@ from dpmtv.eval import (
 )
 from dpmtv.eval.methods import MethodSpec
 from dpmtv.eval.stats import t_interval
+from tests._markdown import assert_tables_valid
 from tests.conftest import write_records
 from tests.eval.fixtures import write_vizwiz
 
@@ -159,6 +160,7 @@ def test_cli_eval_writes_every_output(tiny_llava_path, tmp_path):
 
     report = (out / "report.md").read_text()
     assert "| MTV [NON-PRIVATE, ε = ∞] | non-private |" in report and "± " in report
+    assert assert_tables_valid(report) >= 2  # the metric table and the queries table
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 3 * len(runs)
     assert {p["epsilon"] for p in predictions if p["method"] == "mtv"} == {"∞ (NON-PRIVATE)"}

@@ -18,12 +18,12 @@ from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config, loa
 from dpmtv.demo.report import (
     RERUN_NOTE,
     command_line,
-    gain_kept,
     privacy_utility_by_group_figure,
     summarise_groups,
     summarise_over_tasks,
 )
 from dpmtv.demo.runs import run_demo
+from dpmtv.demo.story import gain_kept
 
 __all__ = [
     "PRIVACY_STATEMENT",

@@ -14,9 +14,12 @@ from rich.table import Table
 
 from dpmtv._atomic import save_figure_atomically, write_text_atomically
 from dpmtv.demo.config import PRIVACY_STATEMENT, DemoConfig, default_config
+from dpmtv.demo.figures import plot_deciding_cells
 from dpmtv.demo.recognition import GROUP_TITLES, summarise_deciding
-from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, pct, per_task_markdown
+from dpmtv.demo.report_tasks import deciding_lines, deciding_markdown, epsilon_cell, per_task_markdown
+from dpmtv.demo.story import closing_sentences, gain_kept, gain_words, output_lines
 from dpmtv.embedded import CHECKPOINT_ENV, bayes
+from dpmtv.eval._markdown import markdown_table
 from dpmtv.eval.stats import t_interval
 
 
@@ -78,37 +81,6 @@ def _order(method: str) -> int:
     )
 
 
-def _lookup(summary, method_prefix, epsilon=None, key: str = "accuracy") -> float:
-    value = next(
-        r.get(key) for r in summary if r["method"].startswith(method_prefix) and r["epsilon"] == epsilon
-    )
-    return math.nan if value is None else value
-
-
-def gain_kept(summary, epsilon: float = 1.0, *, key: str = "accuracy") -> dict[str, float]:
-    """DP-MTV's gain over zero-shot at ``epsilon`` as a fraction of ICL's and of MTV's gains, and
-    MTV's accuracy as a fraction of ICL's; ``key="deciding_accuracy"``: the same on the
-    deciding-cell queries."""
-    zero, icl = _lookup(summary, "zero-shot", key=key), _lookup(summary, "icl", key=key)
-    mtv, dp = _lookup(summary, "mtv", key=key), _lookup(summary, "dp-mtv", epsilon, key=key)
-    return {
-        "of_icl_gain": _share_of_gain(dp - zero, icl - zero),
-        "of_mtv_gain": _share_of_gain(dp - zero, mtv - zero),
-        "mtv_over_icl": _ratio(mtv, icl),
-    }
-
-
-#: A gain over zero-shot below this (in accuracy) has no share worth reporting: with tens to a
-#: few hundred queries per group it is within the seeds' spread (the deciding cells' ICL gain of
-#: 0.015 gave "422 %").
-MIN_GAIN_TO_SHARE = 0.05
-
-
-def _share_of_gain(kept: float, gain: float) -> float:
-    """``kept / gain``, NaN where the gain is below :data:`MIN_GAIN_TO_SHARE` (nothing to keep)."""
-    return kept / gain if gain >= MIN_GAIN_TO_SHARE else math.nan
-
-
 def _without_nan(value):
     """``value`` with every NaN float as None (NaN is not JSON)."""
     if isinstance(value, dict):
@@ -116,11 +88,6 @@ def _without_nan(value):
     if isinstance(value, list):
         return [_without_nan(v) for v in value]
     return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _ratio(numerator: float, denominator: float) -> float:
-    """``numerator / denominator``, NaN where there is nothing to divide by."""
-    return numerator / denominator if denominator != 0 and not math.isnan(denominator) else math.nan
 
 
 def write_outputs(
@@ -150,6 +117,7 @@ def write_outputs(
     write_text_atomically(out / "summary.json", json.dumps(_without_nan(meta), indent=1) + "\n")
     write_text_atomically(out / "report.md", _markdown(summary, shots, config, meta))
     _plot(summary, out / "privacy_utility.png")
+    plot_deciding_cells(summary, out / "deciding_cells.png")
     if shots:
         _plot_shots(shots, summary, out / "accuracy_vs_shots.png")
 
@@ -161,8 +129,10 @@ def command_line(config: DemoConfig) -> str:
     demo = f"{CHECKPOINT_ENV}={shlex.quote(override)} dpmtv demo" if override else "dpmtv demo"
     if config == default_config(quick=True):
         return f"{demo} --quick"
-    full = default_config(quick=False)
-    parts = [demo]
+    full = default_config(full=True)
+    if config.tasks != full.tasks:  # the default's tasks (or typed rules: the flags name them)
+        full = default_config()
+    parts = [demo] if full == default_config() else [demo, "--full"]
     if config.records_per_task != full.records_per_task:
         parts.append(f"--records-per-task {config.records_per_task}")
     if config.shots_per_chunk != full.shots_per_chunk:
@@ -187,6 +157,10 @@ def _markdown(summary, shots, config, meta) -> str:
     lines = [
         "# dpmtv demo: the embedded model",
         "",
+        *[" ".join(closing_sentences(summary, config, Path(meta["artifact"])))],
+        "",
+        "## The setting",
+        "",
         f"{sum(counts.values())} tasks ({len(meta['seen_tasks'])} seen in training, {held} held out: "
         f"never trained, learned from the demonstrations alone) × {len(config.seeds)} seeds; "
         f"N = {config.records_per_task} private records per task, {config.shots_per_chunk} per chunk "
@@ -197,22 +171,17 @@ def _markdown(summary, shots, config, meta) -> str:
         "",
         RERUN_NOTE,
         "",
-        "| method | ε | " + " | ".join(f"{GROUP_TITLES[g]} ({counts[g]})" for g in groups) + " |",
-        "|---|---|" + "---|" * len(groups),
+        "## Accuracy over all test queries",
+        "",
+        *markdown_table(
+            ["method", "ε", *(f"{GROUP_TITLES[g]} ({counts[g]})" for g in groups)],
+            [[row["method"], epsilon_cell(row), *_group_cells(summary, row)] for row in summary[groups[0]]],
+        ),
     ]
-    for row in summary[groups[0]]:
-        cells = _group_cells(summary, row)
-        eps = "—" if row["epsilon"] is None else f"{row['epsilon']:g}"
-        lines.append(f"| {row['method']} | {eps} | " + " | ".join(cells) + " |")
-    if "gain_kept_at_eps1" in meta:
+    if 1.0 in config.epsilons:
         lines.append("")
-        for g, kept in meta["gain_kept_at_eps1"].items():
-            lines.append(
-                f"- {GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {pct(kept['of_icl_gain'])} of the ICL gain "
-                f"over zero-shot and {pct(kept['of_mtv_gain'])} of MTV's gain; "
-                f"MTV / ICL = {kept['mtv_over_icl']:.2f}."
-            )
-    lines += deciding_markdown(summary, meta.get("deciding_gain_kept_at_eps1", {}))
+        lines += [f"- {GROUP_TITLES[g]}: {gain_words(rows)}." for g, rows in summary.items()]
+    lines += deciding_markdown(summary)
     lines += per_task_markdown(meta["per_task"], config)
     lines += _shots_markdown(shots, config)
     lines += [
@@ -237,12 +206,13 @@ def _shots_markdown(shots, config) -> list[str]:
         return []
     lines = [
         "",
+        "## ICL by number of demonstrations",
+        "",
         f"ICL accuracy by number of shots (seed {config.seeds[0]}, "
         f"first {config.shot_curve_queries} test images per task; deciding-cell queries in brackets):",
         "",
-        "| shots | " + " | ".join(GROUP_TITLES[g] for g in shots) + " |",
-        "|---|" + "---|" * len(shots),
     ]
+    table = []
     for k in config.shot_curve:
         method = f"icl-{k} (non-private)"
         cells = []
@@ -251,8 +221,8 @@ def _shots_markdown(shots, config) -> list[str]:
             dec = row.get("deciding_accuracy")
             extra = f" [{dec:.3f}, n = {row['deciding_count']}]" if dec is not None else ""
             cells.append(f"{row['accuracy']:.3f}{extra}")
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    return lines
+        table.append([str(k), *cells])
+    return [*lines, *markdown_table(["shots", *(GROUP_TITLES[g] for g in shots)], table)]
 
 
 def _plot(summary, path: Path) -> None:
@@ -288,7 +258,7 @@ def privacy_utility_by_group_figure(summary):
         draw_privacy_utility(ax, as_eval, [r["epsilon"] for r in rows if r["method"] == "dp-mtv"])
         ax.set_ylabel("accuracy (mean over tasks)")
         ax.set_title(f"Embedded model: {GROUP_TITLES[group]} (δ = 1e-5)")
-        ax.set_ylim(0, 1)
+        ax.set_ylim(-0.04, 1.04)  # a line at 0 (a label map's zero-shot) stays visible
         ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
@@ -306,6 +276,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     colours = {"seen": "tab:blue", "held_out": "tab:red", "label_maps": "tab:green", "rules": "tab:purple"}
+    markers = {"seen": "o", "held_out": "s", "label_maps": "^", "rules": "D"}  # told apart in greyscale
     for group, rows in shots.items():
         rows = sorted(rows, key=_icl_shots)
         ks = [_icl_shots(r) for r in rows]
@@ -313,7 +284,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
             ks,
             [r["accuracy"] for r in rows],
             yerr=[r["ci95"] or 0 for r in rows],
-            marker="o",
+            marker=markers[group],
             capsize=3,
             color=colours[group],
             label=f"ICL, {GROUP_TITLES[group]}",
@@ -331,7 +302,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
     ax.set_xlabel("demonstrations in the prompt")
     ax.set_ylabel("accuracy (mean over tasks)")
     ax.set_title("Embedded model: in-context learning by number of shots")
-    ax.set_ylim(0, 1)
+    ax.set_ylim(-0.04, 1.04)  # a reference at 0 (a label map's zero-shot) stays visible
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     save_figure_atomically(fig, path, dpi=120)
@@ -364,11 +335,12 @@ def _icl_shots(row: dict) -> int:
 
 
 def print_summary(
-    console, summary, config, releases, num_chunks, artifact, per_task, references=None
+    console, summary, config, releases, num_chunks, artifact, per_task, references=None, *, out: Path
 ) -> None:
+    """The console's table and notes, where every output went, then the closing sentences."""
     groups = list(summary)
     count = len(per_task)
-    table = Table(title=f"dpmtv demo — embedded model, {count} tasks × {len(config.seeds)} seeds")
+    table = Table(title=f"dpmtv demo: embedded model, {count} tasks × {len(config.seeds)} seeds")
     table.add_column("method")
     table.add_column("ε")
     for g in groups:
@@ -376,16 +348,12 @@ def print_summary(
         table.add_column(f"{GROUP_TITLES[g]} ({n})\naccuracy ± 95% CI [seed min–max]")
     for row in summary[groups[0]]:
         cells = _group_cells(summary, row)
-        table.add_row(row["method"], "—" if row["epsilon"] is None else f"{row['epsilon']:g}", *cells)
+        table.add_row(row["method"], epsilon_cell(row), *cells)
     console.print(table)
     console.print(RERUN_NOTE, highlight=False, markup=False)
     if 1.0 in config.epsilons:
         for g in groups:
-            kept = gain_kept(summary[g])
-            console.print(
-                f"{GROUP_TITLES[g]}: DP-MTV at ε = 1 keeps {pct(kept['of_icl_gain'])} of the ICL gain over "
-                f"zero-shot ({pct(kept['of_mtv_gain'])} of MTV's)."
-            )
+            console.print(f"{GROUP_TITLES[g]}: {gain_words(summary[g])}.", highlight=False)
     for line in deciding_lines(summary, per_task, references or {}):
         console.print(line, highlight=False)
     name, first = next(iter(releases.items()))
@@ -409,6 +377,8 @@ def print_summary(
             noise_std=noise_std,
         )
     )
+    console.print("", *output_lines(out, Path(artifact)), "", sep="\n", highlight=False, markup=False)
+    console.print(" ".join(closing_sentences(summary, config, Path(artifact))), highlight=False, markup=False)
 
 
 def summary_tasks(per_task: dict) -> list[dict]:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from dpmtv._atomic import write_text_atomically
 from dpmtv.demo.recognition import GROUP_TITLES
+from dpmtv.demo.story import gain_words
 from dpmtv.embedded import bayes
+from dpmtv.eval._markdown import markdown_table
 
 _HEADLINE = (("zero-shot", None, "zero-shot"), ("icl-16", None, "ICL-16"), ("mtv", None, "MTV"))
 
@@ -23,15 +25,24 @@ def _dp_epsilon(rows: list[dict]) -> float | None:
 
 
 def _fmt(value) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def epsilon_cell(row: dict) -> str:
+    """The ε column of a summary row: its ε, else ∞ for the non-private references and "no
+    private data" for zero-shot."""
+    if row["epsilon"] is not None:
+        return f"{row['epsilon']:g}"
+    return "no private data" if row["method"].startswith("zero-shot") else "∞ (non-private)"
 
 
 def deciding_lines(
     summary: dict[str, list[dict]], per_task: dict[str, dict], references: dict[str, list[dict]]
 ) -> list[str]:
-    """The headline per non-seen group: deciding-cell accuracy next to the recognition ceiling,
-    then what Bayes-optimal answers to the same demonstrations score (``references``, the
-    summaries of :func:`dpmtv.demo.recognition.reference_rows`)."""
+    """Per non-seen group, in words: how often the trained rule closest to each task answers
+    right, the deciding-cell queries it answers wrong and each method's accuracy on them, then
+    what ideal learners (no model) score on the same demonstrations (``references``, the summaries
+    of the ICL runs' :class:`~dpmtv.eval.benchmarks.embedded.DemonstrationFacts`)."""
     lines = []
     for group, rows in summary.items():
         if group == "seen":
@@ -44,31 +55,41 @@ def deciding_lines(
         for prefix, epsilon, label in methods:
             row = _find(rows, prefix, epsilon)
             if row is not None:
-                parts.append(f"{label} {_fmt(row.get('deciding_accuracy'))} (all {row['accuracy']:.3f})")
+                parts.append(
+                    f"{label} {_fmt(row.get('deciding_accuracy'))} (all queries {row['accuracy']:.3f})"
+                )
         count = (_find(rows, "zero-shot") or {}).get("deciding_count", 0)
-        lines.append(
-            f"{GROUP_TITLES[group].capitalize()} ({len(tasks)}): recognition ceiling {ceiling:.3f} "
-            f"(mean over tasks: the best trained table's accuracy); on the {count} deciding-cell "
-            "queries (where that table answers wrong): " + ", ".join(parts) + "."
-        )
+        title = f"{GROUP_TITLES[group].capitalize()} ({len(tasks)} tasks)"
+        if ceiling == 0:
+            setting = (
+                f"{title}: no trained rule gives these answer words, so all {count} test queries are "
+                "ones only the demonstrations can settle"
+            )
+        else:
+            setting = (
+                f"{title}: the trained rule closest to each task (the one the model can recognise from "
+                f"the demonstrations) already answers {ceiling:.3f} of the test queries right, on average; "
+                f"the {count} queries it answers wrong (the deciding cells) are the ones only the "
+                "demonstrations can settle"
+            )
+        lines.append(f"{setting}. On them: " + ", ".join(parts) + ".")
         if references.get(group):
-            learned = ", ".join(
-                f"over the {_LEARNER_WORDS[r['method']]} {_fmt(r.get('deciding_accuracy'))} "
-                f"(all {r['accuracy']:.3f})"
+            learned = "; ".join(
+                f"one that knows {_LEARNER_WORDS[r['method']]} {_fmt(r.get('deciding_accuracy'))}"
                 for r in references[group]
             )
             lines.append(
-                f"Bayes-optimal answers to the same {_icl_shots(summary[group])} demonstrations (no model) "
-                f"on those queries, with a uniform prior {learned}. A model above the first has learned "
-                "what recognising a trained rule from the demonstrations cannot explain."
+                f"For comparison, ideal learners (no model) that see the same {_icl_shots(summary[group])} "
+                f"demonstrations and pick the most likely rule score on those queries: {learned}. A model "
+                "above the first has learned more from the demonstrations than which trained rule they show."
             )
     return lines
 
 
 _LEARNER_WORDS = {
-    bayes.RECOGNISER: "trained tables",
-    bayes.SHAPES: "tables of the trained shapes",
-    bayes.GRAMMAR: "tables of the whole rule grammar",
+    bayes.RECOGNISER: "only the trained rules",
+    bayes.SHAPES: "every rule of the trained shapes",
+    bayes.GRAMMAR: "every rule of the whole grammar",
 }
 
 
@@ -77,40 +98,38 @@ def _icl_shots(rows: list[dict]) -> str:
     return icl["method"].split()[0].removeprefix("icl-") if icl else "ICL"
 
 
-def deciding_markdown(summary: dict[str, list[dict]], kept: dict[str, dict]) -> list[str]:
-    """Deciding-cell accuracy per method for the non-seen groups (pooled over tasks)."""
+def deciding_markdown(summary: dict[str, list[dict]]) -> list[str]:
+    """Deciding-cell accuracy per method for the non-seen groups (pooled over tasks), then DP-MTV
+    against zero-shot, ICL and MTV there in words."""
     groups = [g for g in summary if g != "seen"]
     if not groups:
         return []
-    lines = [
-        "",
-        "Accuracy on deciding-cell queries (pooled over the group's tasks per seed, mean ± 95% "
-        "t-interval over seeds; n = deciding queries over all seeds):",
-        "",
-        "| method | ε | " + " | ".join(GROUP_TITLES[g] for g in groups) + " |",
-        "|---|---|" + "---|" * len(groups),
-    ]
+    table = []
     for row in summary[groups[0]]:
         cells = []
         for g in groups:
             match = _find(summary[g], row["method"], row["epsilon"]) or {}
             ci = match.get("deciding_ci95")
             value = _fmt(match.get("deciding_accuracy")) + (f" ± {ci:.3f}" if ci is not None else "")
-            cells.append(f"{value} (n = {match.get('deciding_count', 0)})")
-        eps = "—" if row["epsilon"] is None else f"{row['epsilon']:g}"
-        lines.append(f"| {row['method']} | {eps} | " + " | ".join(cells) + " |")
-    for g, k in kept.items():
-        lines.append(
-            f"- {GROUP_TITLES[g]}, deciding cells: DP-MTV at ε = 1 keeps {pct(k['of_icl_gain'])} of "
-            f"the ICL gain over zero-shot and {pct(k['of_mtv_gain'])} of MTV's; "
-            f"MTV / ICL = {_fmt(k['mtv_over_icl'])}."
-        )
+            cells.append(f"{value} (n = {match.get('deciding_count', 0)} queries)")
+        table.append([row["method"], epsilon_cell(row), *cells])
+    lines = [
+        "",
+        "## The queries only the demonstrations can settle",
+        "",
+        "Accuracy on the deciding-cell queries (where the trained rule closest to the task answers "
+        "wrong; pooled over the group's tasks per seed, mean ± 95% t-interval over seeds; n counts "
+        "those queries over all seeds). The figure deciding_cells.png draws it.",
+        "",
+        *markdown_table(["method", "ε", *(GROUP_TITLES[g] for g in groups)], table),
+        "",
+    ]
+    if any(r["method"] == "dp-mtv" and r["epsilon"] == 1.0 for r in summary[groups[0]]):
+        lines += [
+            f"- {GROUP_TITLES[g]}, deciding cells: {gain_words(summary[g], key='deciding_accuracy')}."
+            for g in groups
+        ]
     return lines
-
-
-def pct(value: float | None) -> str:
-    """A share as a percentage; "—" where there is none (None or NaN: no gain to keep)."""
-    return "—" if value is None or math.isnan(value) else f"{value:.0%}"
 
 
 def per_task_markdown(per_task: dict[str, dict], config) -> list[str]:
@@ -124,20 +143,22 @@ def per_task_markdown(per_task: dict[str, dict], config) -> list[str]:
         f"dp-mtv@{eps:g}",
         *bayes.LEARNERS,
     )
-    lines = [
-        "",
-        "Per task (not seen in training): the recognition ceiling (best trained table, its accuracy on "
-        "the test queries), its deciding cells, the share of ICL-16 prompts whose demonstrations show "
-        "one, and accuracy on all / deciding-cell queries; the last three columns are no model but "
-        f"Bayes-optimal answers to the same {config.icl_shots} demonstrations (`dpmtv.embedded.bayes`: "
-        "a uniform prior over the trained tables, over every table of the trained rule shapes, or over "
-        "every table of the rule grammar):",
-        "",
-        f"| task | trained | ceiling | deciding cells | deciding queries | ICL prompts with one | "
-        f"zero-shot | ICL-{config.icl_shots} | MTV | DP-MTV ε = {eps:g} | Bayes: trained tables | "
-        "Bayes: trained shapes | Bayes: rule grammar |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    header = [
+        "task",
+        "trained",
+        "closest trained rule (accuracy)",
+        "deciding cells",
+        "deciding queries",
+        "ICL prompts showing one",
+        "zero-shot",
+        f"ICL-{config.icl_shots}",
+        "MTV",
+        f"DP-MTV ε = {eps:g}",
+        "ideal: trained rules",
+        "ideal: trained shapes",
+        "ideal: whole grammar",
     ]
+    table = []
     for name, t in per_task.items():
         if t["group"] == "seen":
             continue
@@ -145,13 +166,26 @@ def per_task_markdown(per_task: dict[str, dict], config) -> list[str]:
         for key in keys:
             m = t["methods"].get(key, {})
             cells.append(f"{_fmt(m.get('accuracy'))} / {_fmt(m.get('deciding_accuracy'))}")
-        share = t["icl_prompts_with_deciding_demo"]
-        lines.append(
-            f"| `{name}` | {'yes' if t['trained'] else 'no'} | {t['ceiling']['accuracy']:.3f} "
-            f"(`{t['ceiling']['rule']}`) | {len(t['deciding_cells'])} | {t['deciding_queries']} | "
-            f"{_fmt(share)} | " + " | ".join(cells) + " |"
+        ceiling = f"{t['ceiling']['accuracy']:.3f} (`{t['ceiling']['rule']}`)"
+        trained = "yes" if t["trained"] else "no"
+        counts = [str(len(t["deciding_cells"])), str(t["deciding_queries"])]
+        table.append(
+            [f"`{name}`", trained, ceiling, *counts, _fmt(t["icl_prompts_with_deciding_demo"]), *cells]
         )
-    return lines
+    return [
+        "",
+        "## Per held-out task",
+        "",
+        "Per task not seen in training: the trained rule closest to it and its accuracy on the test "
+        "queries, the deciding cells (attribute combinations where that rule answers wrong) and the "
+        f"test queries in them, the share of ICL-{config.icl_shots} prompts whose demonstrations show "
+        "one, and each method's accuracy on all / deciding-cell queries. The last three columns are "
+        f"no model: ideal learners that answer from the same {config.icl_shots} demonstrations, "
+        "knowing only the trained rules, every rule of the trained shapes, or every rule of the "
+        "grammar (`dpmtv.embedded.bayes`); n/a where they do not apply (label maps).",
+        "",
+        *markdown_table(header, table),
+    ]
 
 
 def rule_json(name: str, record: dict) -> dict:

@@ -94,7 +94,9 @@ def run_demo(
     seconds = time.perf_counter() - started
     write_outputs(out, rows, summary, shots, config, releases, artifact, seconds, per_task, reference_summary)
     num_chunks = config.records_per_task // config.shots_per_chunk
-    print_summary(console, summary, config, releases, num_chunks, artifact, per_task, reference_summary)
+    print_summary(
+        console, summary, config, releases, num_chunks, artifact, per_task, reference_summary, out=out
+    )
     return {**summary, "per_task": per_task, "references": reference_summary}
 
 
@@ -175,7 +177,7 @@ def public_release(loaded, task: Task, config: DemoConfig) -> tuple[HeadSet, tup
         k=TYPED_RULE_HEADS,
         num_dev=PUBLIC_DEV_QUERIES,
         batch_size=32,
-        progress=False,
+        progress=True,  # public data: minutes on a loaded machine, not silent
     )
     clip = public_clip_norms(loaded, public, result.heads, shots_per_chunk=shots, batch_size=32)
     return result.heads, clip

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmtv._atomic import replacing, write_text_atomically
+from dpmtv.eval._markdown import markdown_table
 from dpmtv.eval.benchmarks.embedded import demonstration_lines, recognition_lines
 from dpmtv.eval.plots import plot_privacy_utility, plot_queries
 from dpmtv.eval.runner import EvalResults, RunResult
@@ -132,7 +133,8 @@ def markdown_report(results: EvalResults, summary: list[dict]) -> str:
         f"{b['num_train']} demonstrations (private pool), {b['num_test']} queries; seeds "
         f"{list(c['seeds'])}; δ = {c['delta']:g}; heads {c['heads']}; dpmtv {c['dpmtv_version']}.",
         f"Scoring: {b.get('scoring', 'see the benchmark')}.",
-        "Means over seeds with 95% t-intervals. NON-PRIVATE rows read the private pool without "
+        f"Each cell: the metric over the {b['num_test']} queries, averaged over the seeds with a 95% "
+        "t-interval (no interval from one seed). NON-PRIVATE rows read the private pool without "
         "noise (ε = ∞). Noise and partitions are seeded: these are experiments, not private releases.",
         *_chance_lines(results),
         "",
@@ -177,8 +179,9 @@ def choice_scores_table(runs: list[RunResult], primary: str) -> list[str]:
 def _cell(row: dict | None) -> str:
     if row is None or row["mean"] is None or math.isnan(row["mean"]):
         return ""
-    if row["ci95_half_width"] is None:
-        return f"{row['mean']:.3f} (n={row['num_runs']})"
+    if row["ci95_half_width"] is None:  # one run: no interval to give
+        runs = row["num_runs"]
+        return f"{row['mean']:.3f} ({runs} seed{'s' if runs != 1 else ''}, no interval)"
     return f"{row['mean']:.3f} ± {row['ci95_half_width']:.3f}"
 
 
@@ -230,14 +233,14 @@ def _metric_table(
         return []
     epsilons = results.config["epsilons_evaluated"]
     header = ["method", "privacy", "relation", *[f"ε = {e:g}" for e in epsilons], "ε = ∞ / none"]
-    lines = [f"## {metric}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table = []
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = {r["epsilon"]: r for r in rows if r["method"] == method}
         first = next(iter(mine.values()))
         cells = [_marked_cell(mine.get(e), chance) for e in [*epsilons, None]]
         relation = first.get("neighbouring_relation") or "n/a"
-        lines.append("| " + " | ".join([first["display"], first["privacy"], relation, *cells]) + " |")
-    return [*lines, ""]
+        table.append([first["display"], first["privacy"], relation, *cells])
+    return [f"## {metric}", "", *markdown_table(header, table), ""]
 
 
 def _notes(results: EvalResults) -> list[str]:
@@ -274,21 +277,29 @@ def _queries_table(results: EvalResults) -> list[str]:
     flat, _ = t_interval(list(curve["dp-mtv"].values()))
     labels = list(curve["dp-icl"])
     relations = curve.get("dp_icl_relation", {})
-    heads = [f"{label} ({relations.get(label, '?')}) | σ" for label in labels]
-    lines = [
-        f"## {results.primary_metric} vs number of answered queries (total ε = {curve['total_epsilon']:g})",
-        "",
-        "DP-ICL columns: accuracy, then the per-query vote σ the Q queries allow; dp-mtv: "
-        f"{curve.get('dp_mtv_relation', 'replace-one')}, one release for any number of queries.",
-        "",
-        "| queries | " + " | ".join(heads) + f" | dp-mtv ({curve.get('dp_mtv_relation', 'replace-one')}) |",
-        "|---|" + "---|---|" * len(labels) + "---|",
-    ]
+    dp_mtv_relation = curve.get("dp_mtv_relation", "replace-one")
+    header = ["queries"]
+    for label in labels:
+        header += [f"{label} ({relations.get(label, '?')})", f"{label} σ"]
+    header.append(f"dp-mtv ({dp_mtv_relation})")
+    table = []
     for i, q in enumerate(curve["num_queries"]):
-        cells = []
+        cells = [str(q)]
         for label in labels:
             mean = t_interval([v[i] for v in curve["dp-icl"][label].values()])[0]
             cells += [f"{mean:.3f}", f"{curve['dp_icl_noise_std'][label][i]:.4g}"]
-        cells.append(f"{flat:.3f}" if not math.isnan(flat) else "")
-        lines.append(f"| {q} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+        cells.append(f"{flat:.3f}" if not math.isnan(flat) else "not run")
+        table.append(cells)
+    explained = (
+        "DP-ICL columns: accuracy, then the per-query vote σ the Q queries allow; "
+        if labels
+        else "DP-ICL was not run; "
+    )
+    return [
+        f"## {results.primary_metric} vs number of answered queries (total ε = {curve['total_epsilon']:g})",
+        "",
+        f"{explained}dp-mtv: {dp_mtv_relation}, one release for any number of queries.",
+        "",
+        *markdown_table(header, table),
+        "",
+    ]

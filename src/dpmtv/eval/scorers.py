@@ -26,6 +26,7 @@ import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -191,6 +192,9 @@ class Scorer(ABC):
     """Binds metric functions to a benchmark's queries (looked up by ``record_id``)."""
 
     metrics: tuple[str, ...]
+    #: How the queries are scored, in the plain words a report prints (no code names: a report's
+    #: reader may never have seen the code).
+    scoring_in_words: ClassVar[str] = "each answer scored by the benchmark's rule"
 
     @property
     def primary(self) -> str:
@@ -199,7 +203,7 @@ class Scorer(ABC):
     @property
     def description(self) -> str:
         """How the queries are scored, as reports name it."""
-        return self.__doc__.strip().splitlines()[0]
+        return self.scoring_in_words
 
     @abstractmethod
     def score(self, record: Record, prediction: str) -> dict[str, float]:
@@ -234,6 +238,10 @@ class ExactMatchScorer(Scorer):
     """Normalised exact match of ``record.answer`` (generic records; see also ``EmbeddedScorer``)."""
 
     metrics = ("accuracy", "token_recall")
+    scoring_in_words: ClassVar[str] = (
+        "accuracy: the answer equals the expected answer once both are normalised (lower case, no "
+        "punctuation or articles); token_recall: the share of the expected answer's words the answer holds"
+    )
 
     def __init__(self, vocabulary: Iterable[str]):
         self.vocabulary = _vocabulary(vocabulary)
@@ -293,6 +301,7 @@ class OptionLetterScorer(Scorer):
     """Option-letter accuracy; ``record.answer`` is the gold letter."""
 
     metrics = ("accuracy",)
+    scoring_in_words: ClassVar[str] = "accuracy: the option letter the answer names is the correct one"
 
     def __init__(self, options: Mapping[str, Sequence[str]]):
         self.options = {key: tuple(value) for key, value in options.items()}
@@ -313,6 +322,10 @@ class MedicalScorer(Scorer):
     """Closed questions by exact match, open ones by exact match and token recall (separately)."""
 
     metrics = ("closed_accuracy", "open_exact_match", "open_recall")
+    scoring_in_words: ClassVar[str] = (
+        "closed (yes/no) questions: the normalised answer equals the expected one; open questions, "
+        "separately: the same exact match, and the share of the expected answer's words the answer holds"
+    )
 
     def __init__(
         self,

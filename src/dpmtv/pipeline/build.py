@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from dpmtv._build_time import build_timestamp, timestamp_seconds
+from dpmtv.artifact.card import card_path
+from dpmtv.artifact.signature import signature_path
 from dpmtv.artifact.vector import TaskVector, save_task_vector
 from dpmtv.data.prompts import DEFAULT_QUERY_QUESTION
 from dpmtv.data.records import Record
@@ -154,8 +156,10 @@ def build_task_vector(
         clip_norm_selection=None if clip_choice is None else clip_choice.to_metadata(),
     )
     path = save_task_vector(vector, out, sign_key=sign_key) if out is not None else None
-    if path is not None:  # the file's time is the build's one time too
-        os.utime(path, (timestamp_seconds(started_at),) * 2)
+    if path is not None:  # the files' time is the build's one time too: a later one would time it
+        for written in (path, card_path(path), signature_path(path)):
+            if written.exists():
+                os.utime(written, (timestamp_seconds(started_at),) * 2)
     num_unused = chunked.partition.num_unused
     return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
 

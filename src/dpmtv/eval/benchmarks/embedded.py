@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -41,6 +41,11 @@ class EmbeddedScorer(ExactMatchScorer):
     """Normalised exact match of the answer word, and deciding_accuracy on the deciding-cell queries only"""
 
     metrics = ("accuracy", "token_recall", "deciding_accuracy")
+    scoring_in_words: ClassVar[str] = (
+        "accuracy: the answer word equals the expected one once both are normalised (lower case, no "
+        "punctuation); deciding_accuracy: the same on the deciding-cell queries only, those that the "
+        "trained rule closest to the task answers wrong, so only the demonstrations can settle them"
+    )
 
     def __init__(self, vocabulary: Iterable[str], deciding_ids: Iterable[str] = ()):
         super().__init__(vocabulary)
