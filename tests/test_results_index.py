@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 INDEX = REPO / "benchmarks" / "results" / "INDEX.md"
 DOCS_RESULT_FOLDERS = (
     "demo",
+    "demo-full",
     "demo-n512-s4",
     "demo-shared-heads",
     "eval-embedded-is_big",
