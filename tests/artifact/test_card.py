@@ -102,7 +102,8 @@ def test_base_model_is_a_hub_id_only_when_the_checkpoint_records_one(tiny_llava_
     class Metadata:
         format_version = 3
         privacy = type("P", (), {"private": False, "neighbouring_relation": "replace-one",
-                                 "privacy_unit": "record", "noise_sampler": "opendp"})()  # fmt: skip
+                                 "privacy_unit": "record", "noise_sampler": "opendp",
+                                 "noise_std": 0.0})()  # fmt: skip
         model = {"model_type": "llava", "name_or_path": str(copy), "hub_id": "acme/tiny-vlm"}
 
     assert 'base_model: "acme/tiny-vlm"' in _front_matter(Metadata)

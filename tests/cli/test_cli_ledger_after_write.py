@@ -24,8 +24,8 @@ def _lock_after_save(monkeypatch, ledger) -> list[sqlite3.Connection]:
     holders: list[sqlite3.Connection] = []
     original = dpmtv.pipeline.build.save_task_vector
 
-    def save_then_lock(vector, path):
-        saved = original(vector, path)
+    def save_then_lock(vector, path, **options):
+        saved = original(vector, path, **options)
         holder = sqlite3.connect(ledger, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         holders.append(holder)

@@ -90,3 +90,24 @@ def test_the_artifact_and_its_card_carry_the_build_start_as_their_file_time(tiny
     created_s = datetime.fromisoformat(load_task_vector(out).metadata.created_at).timestamp()
     assert out.stat().st_mtime == created_s
     assert card_path(out).stat().st_mtime == created_s
+
+
+def test_a_signed_builds_signature_carries_the_build_start_too(tiny_llava_path, tmp_path):
+    """The signature is written at the end of the build: its file time would time the private
+    computation unless it is set to the build's start as well."""
+    from datetime import datetime
+
+    from click.testing import CliRunner
+
+    from dpmtv.artifact.signature import signature_path
+    from dpmtv.artifact.vector import load_task_vector
+    from dpmtv.cli import main
+    from tests.artifact.test_signature import _key_pair
+
+    key, _ = _key_pair(tmp_path, "signer")
+    data, out = write_records(tmp_path / "data", 12), tmp_path / "signed.safetensors"
+    args = [*_build(tiny_llava_path, data, out, "--heads", "layers:0"), "--sign-key", str(key)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    created_s = datetime.fromisoformat(load_task_vector(out).metadata.created_at).timestamp()
+    assert signature_path(out).stat().st_mtime == created_s

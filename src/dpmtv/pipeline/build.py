@@ -156,10 +156,8 @@ def build_task_vector(
         clip_norm_selection=None if clip_choice is None else clip_choice.to_metadata(),
     )
     path = save_task_vector(vector, out, sign_key=sign_key) if out is not None else None
-    if path is not None:  # the files' time is the build's one time too: a later one would time it
-        for written in (path, card_path(path), signature_path(path)):
-            if written.exists():
-                os.utime(written, (timestamp_seconds(started_at),) * 2)
+    if path is not None:
+        _stamp_build_time(path, started_at)
     num_unused = chunked.partition.num_unused
     return BuildResult(vector, path, num_unused, (*notes, *plan.notes), charge.event if charge.done else None)
 
@@ -300,3 +298,11 @@ def _release_from_sums(
     )
     vector = released_task_vector(loaded, heads, settings, layout, reference, noised, settings.head_selection)
     return BuildResult(vector, None, layout.chunked.partition.num_unused, tuple(notes), None)
+
+
+def _stamp_build_time(path: Path, started_at: str) -> None:
+    """The files' time is the build's one time too: a time taken after the private computation
+    would time it (docs/design.md §1)."""
+    for written in (path, card_path(path), signature_path(path)):
+        if written.exists():
+            os.utime(written, (timestamp_seconds(started_at),) * 2)
