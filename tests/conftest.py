@@ -84,6 +84,9 @@ SLOW_PATHS = {
     "eval/test_eval_end_to_end.py": "dpmtv eval end to end",
     "cli/test_startup.py::test_inspect_plan_and_budget_import_no_model_stack": "fresh interpreters",
     "artifact/test_artifact_metadata.py::test_metadata_of_a_choice_on_the_release": "two release builds",
+    "serve/test_lmms_eval.py": "lmms-eval end to end against a live server",
+    "pipeline/test_build_shows_no_duration.py::test_a_private_stage": "builds in real processes at two N",
+    "cli/test_cli.py::test_demo_quick": "a run of dpmtv demo --quick",
 }
 TESTS = Path(__file__).resolve().parent
 
