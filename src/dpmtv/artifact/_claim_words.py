@@ -4,7 +4,12 @@ guarantee without its caveat."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
+
+if TYPE_CHECKING:
+    from dpmtv.artifact.vector import PrivacyMetadata
 
 NOT_FLOATING_POINT_SAFE = "not floating-point safe"
 
@@ -14,7 +19,7 @@ _FLOATING_POINT_SAFE = {
 }
 
 
-def floating_point_safe(privacy) -> bool:
+def floating_point_safe(privacy: PrivacyMetadata) -> bool:
     """Whether the recorded sampler draws its noise floating-point safely (OpenDP's exact discrete
     Gaussian); False for Box–Muller in float64 and for seeded noise, True without noise."""
     if privacy.noise_std == 0:
@@ -22,7 +27,7 @@ def floating_point_safe(privacy) -> bool:
     return bool(_FLOATING_POINT_SAFE.get(privacy.noise_sampler, False))
 
 
-def floating_point_caveat(privacy, *, explain: bool = False) -> str | None:
+def floating_point_caveat(privacy: PrivacyMetadata, *, explain: bool = False) -> str | None:
     """For a private claim whose noise is not floating-point safe, the caveat (``explain``: and
     what it means); else None."""
     if not privacy.private or floating_point_safe(privacy):
@@ -36,7 +41,7 @@ def floating_point_caveat(privacy, *, explain: bool = False) -> str | None:
     return caveat
 
 
-def seeded_noise_words(privacy) -> str:
+def seeded_noise_words(privacy: PrivacyMetadata) -> str:
     """A seeded vector: noised, but with a recorded seed that regenerates the noise."""
     return (
         f"noised with a recoverable seed: seed {privacy.insecure_seed} regenerates the noise, so the "

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# dpmtv.artifact.vector's ArtifactMetadata / PrivacyMetadata; not imported, since vector renders the card
-ArtifactMetadata = PrivacyMetadata = Any
+if TYPE_CHECKING:  # not imported at run time, since vector renders the card
+    from dpmtv.artifact.vector import ArtifactMetadata, PrivacyMetadata
 
 CARD_SUFFIX = ".README.md"
 
@@ -120,7 +120,7 @@ def _body(metadata: ArtifactMetadata, artifact_name: str) -> list[str]:
     ]
 
 
-def _model_section(model: dict) -> list[str]:
+def _model_section(model: dict[str, Any]) -> list[str]:
     rows = [
         ("architecture", model.get("architecture")),
         ("model_type", model.get("model_type")),

@@ -27,7 +27,8 @@ Only a signature by a trusted key (:mod:`dpmtv.artifact.signature`) covers that;
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import dp_accounting
 
@@ -37,10 +38,18 @@ from dpmtv.heads import HeadSet
 from dpmtv.privacy.calibrate import analytic_gaussian_noise_multiplier
 from dpmtv.privacy.clip_quantile import CLIP_UTILITIES, clip_multiplier_event, clip_norm_candidates
 from dpmtv.privacy.events import epsilon_of, event_from_json, event_to_json
-from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
+from dpmtv.privacy.noise import (
+    CsprngNumpyGaussianSampler,
+    NoiseSampler,
+    OpenDPGaussianSampler,
+    SeededGaussianSampler,
+)
 from dpmtv.privacy.noisy_top_k import monotone_scores, plan_private_selection
 from dpmtv.privacy.release import NON_PRIVATE_SAMPLER, calibrated_noise_std
 from dpmtv.privacy.sensitivity import l2_sensitivity
+
+if TYPE_CHECKING:
+    from dpmtv.artifact.vector import PrivacyMetadata
 
 # The calibration searches to 1e-7 relative; a recorded σ further than this from it was edited.
 NOISE_STD_RELATIVE_TOLERANCE = 1e-6
@@ -53,7 +62,11 @@ PRIVATE_CANDIDATES_METHOD = "private-candidate-choice"
 
 
 def check_privacy_claim(
-    privacy, *, head_selection: dict[str, Any], where: str, heads: list[list[int]] | None = None
+    privacy: PrivacyMetadata,
+    *,
+    head_selection: dict[str, Any],
+    where: str,
+    heads: list[list[int]] | None = None,
 ) -> None:
     """Raise ArtifactIntegrityError naming the first field of ``privacy`` (a
     :class:`dpmtv.artifact.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``
@@ -70,7 +83,7 @@ def check_privacy_claim(
 
 
 class _Claim:
-    def __init__(self, privacy, head_selection: dict[str, Any], where: str):
+    def __init__(self, privacy: PrivacyMetadata, head_selection: dict[str, Any], where: str) -> None:
         self.p, self.where = privacy, where
         self.selection = head_selection.get("details") if _is_private(head_selection) else None
         self.candidates = head_selection.get("method") == PRIVATE_CANDIDATES_METHOD
@@ -116,7 +129,7 @@ class _Claim:
         except (KeyError, TypeError, ValueError, IndexError):
             return None
 
-    def refuse(self, field: str, why: str) -> None:
+    def refuse(self, field: str, why: str) -> NoReturn:
         raise ArtifactIntegrityError(
             f"{self.where}: privacy.{field} = {getattr(self.p, field)!r} {why}; the metadata has been "
             "edited or is corrupt, so its guarantee cannot be trusted (rebuild the vector)"
@@ -180,7 +193,7 @@ class _Claim:
             )
         self.same_sensitivity(p.sensitivity_l2_clip_norm)
 
-    def same_sensitivity(self, norms) -> None:
+    def same_sensitivity(self, norms: Sequence[float]) -> None:
         p = self.p
         try:
             expected = l2_sensitivity(
@@ -222,7 +235,7 @@ class _Claim:
         self.reference_numbers(sampler)
         self.spent(sampler)
 
-    def sampler(self):
+    def sampler(self) -> NoiseSampler:
         p = self.p
         if p.noise_sampler == "seeded-numpy":
             if p.insecure_seed is None:
@@ -230,7 +243,10 @@ class _Claim:
             return SeededGaussianSampler(p.insecure_seed)
         if p.insecure_seed is not None:
             self.refuse("insecure_seed", f"is recorded for the unseeded sampler {p.noise_sampler!r}")
-        samplers = {"opendp": OpenDPGaussianSampler, "csprng-numpy": CsprngNumpyGaussianSampler}
+        samplers: dict[str, Callable[[], NoiseSampler]] = {
+            "opendp": OpenDPGaussianSampler,
+            "csprng-numpy": CsprngNumpyGaussianSampler,
+        }
         if p.noise_sampler not in samplers:
             self.refuse("noise_sampler", f"is not one of {sorted(samplers)} or 'seeded-numpy'")
         return samplers[p.noise_sampler]()
@@ -324,7 +340,7 @@ class _Claim:
             self.refuse("l2_clip_norm", "is not clip_norm_selection's multiplier times its layer scales")
         return [clip_multiplier_event(epsilon=epsilon)]
 
-    def calibrated(self, sampler, fixed: list[dp_accounting.DpEvent]) -> None:
+    def calibrated(self, sampler: NoiseSampler, fixed: list[dp_accounting.DpEvent]) -> None:
         p = self.p
         numbers = (
             f"privacy.l2_sensitivity = {p.l2_sensitivity!r}, privacy.epsilon = {p.epsilon!r}, "
@@ -345,7 +361,7 @@ class _Claim:
         if not math.isclose(p.noise_multiplier * p.l2_sensitivity, p.noise_std, rel_tol=1e-9):
             self.refuse("noise_multiplier", "is not privacy.noise_std / privacy.l2_sensitivity")
 
-    def reference_numbers(self, sampler) -> None:
+    def reference_numbers(self, sampler: NoiseSampler) -> None:
         """σ_analytic = Δ·σ₁(ε, δ) and the sampler map's σ (None for samplers without one)."""
         p = self.p
         analytic = p.l2_sensitivity * analytic_gaussian_noise_multiplier(epsilon=p.epsilon, delta=p.delta)
@@ -355,14 +371,14 @@ class _Claim:
             l2_sensitivity=p.l2_sensitivity, epsilon=p.epsilon, delta=p.delta
         )
         if (mapped is None) != (p.noise_std_sampler_map is None) or (
-            mapped is not None and not _close(p.noise_std_sampler_map, mapped)
+            mapped is not None and not _close(cast(float, p.noise_std_sampler_map), mapped)  # both set
         ):
             self.refuse(
                 "noise_std_sampler_map",
                 f"is not what sampler {p.noise_sampler!r}'s own map gives ({mapped!r})",
             )
 
-    def spent(self, sampler) -> None:
+    def spent(self, sampler: NoiseSampler) -> None:
         p = self.p
         expected = epsilon_of(self.event(), delta=p.delta - sampler.reserved_delta(delta=p.delta))
         if not _close(p.epsilon_spent, expected):

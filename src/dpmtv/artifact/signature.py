@@ -29,7 +29,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 from dpmtv._atomic import replacing
 from dpmtv.artifact.card import card_path
@@ -124,7 +125,8 @@ def sign_files(
 
     manifest = _manifest({name: Path(path) for name, path in files.items()})
     secret = password.encode() if password else None
-    bundle = sign_ec_key.Signer(Path(private_key), secret).sign(signing.Payload(manifest))
+    # model-signing annotates the password `str`, but hands it to cryptography, which takes bytes
+    bundle = sign_ec_key.Signer(Path(private_key), cast("str | None", secret)).sign(signing.Payload(manifest))
     bundle.write(Path(signature))
 
 
@@ -182,7 +184,7 @@ def signer_key_sha256(artifact: str | Path) -> str | None:
     return hint
 
 
-def signature_words(signer, artifact) -> str:
+def signature_words(signer: Signer | None, artifact: str | Path) -> str:
     """What a reader checked of ``artifact``'s signature: who signed it when a trusted key verified
     it (``signer``), else that it is unsigned or that its signature was not verified. Without a
     trusted key a consistent forgery (every derived number rewritten) passes the artifact's own
@@ -319,7 +321,7 @@ def _public_key_sha256(path: Path) -> str:
     return hashlib.sha256(pem).hexdigest()
 
 
-def _model_signing(module: str):
+def _model_signing(module: str) -> ModuleType:
     try:
         import importlib
 

@@ -137,7 +137,7 @@ class TaskVector:
                 )
 
     def _tensors(self) -> dict[str, np.ndarray]:
-        tensors = {
+        tensors: dict[str, np.ndarray] = {
             "vector": np.ascontiguousarray(self.values, dtype=np.float32),
             "heads": np.asarray(self.heads.pairs, dtype=np.int64).reshape(-1, 2),
         }

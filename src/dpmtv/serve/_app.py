@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib import resources
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -115,7 +116,7 @@ def _install_routes(
 
     @app.get("/healthz")
     @app.get("/health")  # vLLM's name
-    async def healthz() -> dict:
+    async def healthz() -> dict[Any, Any]:  # FastAPI reads these: the same response model as bare dict
         return {
             "status": "ok",
             "models": served.model_names,
@@ -130,11 +131,11 @@ def _install_routes(
         return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models() -> dict[Any, Any]:
         return {"object": "list", "data": model_cards(served), "dpmtv": {"queries": QUERIES_ARE_FREE}}
 
     @app.get("/v1/models/{name}")
-    async def model(name: str) -> dict:
+    async def model(name: str) -> dict[Any, Any]:
         for card in model_cards(served):
             if card["id"] == name:
                 return card
@@ -149,7 +150,14 @@ def _install_routes(
 class _Chat:
     """Everything one chat completion passes through, from the body to the answer."""
 
-    def __init__(self, settings, batcher, metrics, pixels, preparer) -> None:
+    def __init__(
+        self,
+        settings: ServeSettings,
+        batcher: DynamicBatcher,
+        metrics: Metrics,
+        pixels: PixelBudget,
+        preparer: RequestPreparer,
+    ) -> None:
         self.settings, self.batcher, self.metrics = settings, batcher, metrics
         self.pixels, self.preparer = pixels, preparer
 
@@ -258,10 +266,13 @@ async def _read_body(request: Request, settings: ServeSettings) -> bytes:
 
 async def _results(jobs: list[Job], request: Request) -> list[RowResult]:
     """The finished rows, or :class:`_Disconnected` (the jobs cancelled) if the client goes first."""
-    answer = asyncio.ensure_future(asyncio.gather(*(_final(job) for job in jobs)))
+    answer: asyncio.Future[list[RowResult]] = asyncio.ensure_future(
+        asyncio.gather(*(_final(job) for job in jobs))
+    )
     gone = asyncio.ensure_future(_disconnect(request))
+    waiting: set[asyncio.Future[Any]] = {answer, gone}
     try:
-        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
         if not answer.done():
@@ -277,7 +288,7 @@ async def _final(job: Job) -> RowResult:
     while True:
         kind, payload = await job.events.get()
         if kind == "done":
-            return payload
+            return cast(RowResult, payload)
         if kind == "error":
             raise payload
 

@@ -21,11 +21,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from dpmtv.serve._generation import RowRequest, RowResult, generate_rows
 from dpmtv.serve._metrics import Metrics
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
+from dpmtv.serve._tracker import TokenLogprob
+
+T = TypeVar("T")
 
 
 class QueueFullError(Exception):
@@ -40,7 +44,7 @@ class Job:
     row: RowRequest
     model: str  # the name the client asked for (a metrics label)
     received_at: float  # perf_counter at the request's receipt
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     first_token_at: float | None = None
 
     def cancel(self) -> None:
@@ -65,7 +69,7 @@ class DynamicBatcher:
         self.preparing = preparing  # requests being prepared, that will queue in a moment
         self._pending: deque[Job] = deque()
         self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         # One generation thread: the model runs one batch at a time; the event loop stays free.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpmtv-generate")
         self.batch_seconds = 1.0  # the last batch's generation time, for Retry-After
@@ -90,10 +94,10 @@ class DynamicBatcher:
         jobs = [Job(row, model, received_at) for row in rows]
         self._pending.extend(jobs)
         self._ensure_running()
-        self._wakeup.set()
+        self._event.set()
         return jobs
 
-    async def between_batches(self, function, *args):
+    async def between_batches(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on the generation thread, after the running batch (the model's
         hooks belong to one batch at a time)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
@@ -102,6 +106,10 @@ class DynamicBatcher:
         if self._task is not None:
             self._task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def _event(self) -> asyncio.Event:
+        return cast(asyncio.Event, self._wakeup)  # set by _ensure_running before _run starts
 
     def _ensure_running(self) -> None:
         loop = asyncio.get_running_loop()
@@ -115,8 +123,8 @@ class DynamicBatcher:
         while True:
             if not self._pending:
                 busy = False
-                self._wakeup.clear()
-                await self._wakeup.wait()
+                self._event.clear()
+                await self._event.wait()
                 continue
             await self._gather(busy=busy)
             batch = self._take_batch()
@@ -138,10 +146,10 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + window_s
         while len(self._pending) < self.settings.max_batch_size and self.preparing() > 0:
-            self._wakeup.clear()
+            self._event.clear()
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self._wakeup.wait()
+                    await self._event.wait()
             except TimeoutError:
                 return
 
@@ -155,7 +163,8 @@ class DynamicBatcher:
         if not self._pending:
             return []
         layout = self._pending[0].row.layout
-        batch, rest = [], deque()
+        batch: list[Job] = []
+        rest: deque[Job] = deque()
         while self._pending:
             job = self._pending.popleft()
             fits = job.row.layout == layout and len(batch) < self.settings.max_batch_size
@@ -169,7 +178,7 @@ class DynamicBatcher:
             job.first_token_at = time.perf_counter()
             self.metrics.observe_first_token(job.model, job.first_token_at - job.received_at)
 
-        def on_text(row: int, text: str, logprobs: list) -> None:  # streaming rows only
+        def on_text(row: int, text: str, logprobs: list[TokenLogprob]) -> None:  # streaming rows only
             loop.call_soon_threadsafe(batch[row].events.put_nowait, ("text", (text, logprobs)))
 
         self.metrics.observe_batch(len(batch))

@@ -11,6 +11,7 @@ one model). Post-processing of the released vector: no privacy cost.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,7 +50,7 @@ def prepared_choices(
     return request, decoded_prompt(turns, min_side=served.image_min_side)
 
 
-def score_choices(served: ServedModel, request: ChoicesRequest, prompt: Prompt) -> dict:
+def score_choices(served: ServedModel, request: ChoicesRequest, prompt: Prompt) -> dict[str, Any]:
     from dpmtv.inference import choice_probabilities
 
     # one batch: the prompt once per answer, each row patched with the served vector's layout

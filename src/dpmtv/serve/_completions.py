@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import Field
 
@@ -93,7 +94,7 @@ def completion_rows(
 
 def completion_body(
     request: CompletionRequest, rows: Sequence[RowRequest], results: Sequence[RowResult]
-) -> dict:
+) -> dict[str, Any]:
     choices = []
     for index, (row, result) in enumerate(zip(rows, results, strict=True)):
         prefix = row.prompt if request.echo else ""
@@ -118,7 +119,7 @@ def completion_body(
     }
 
 
-def _legacy(entries: Sequence[TokenLogprob]) -> dict:
+def _legacy(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
     """OpenAI's legacy logprobs: parallel lists of tokens, their log-probabilities, the top
     alternatives (a dict per token) and each token's offset in the returned text."""
     offsets, offset = [], 0

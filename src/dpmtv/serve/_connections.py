@@ -23,7 +23,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -125,8 +126,9 @@ class GuardedH11Protocol(H11Protocol):
             self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
 
     def _disarm_header_deadline(self) -> None:
-        if getattr(self, "_header_deadline", None) is not None:
-            self._header_deadline.cancel()
+        deadline: asyncio.TimerHandle | None = getattr(self, "_header_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
             self._header_deadline = None
 
     def _headers_too_slow(self) -> None:
@@ -165,7 +167,7 @@ class RateLimitFilter(logging.Filter):
     """At most ``per_minute`` records per minute of one message (its template's first line); the
     next record that passes says how many were dropped."""
 
-    def __init__(self, per_minute: int = 10, clock=time.monotonic) -> None:
+    def __init__(self, per_minute: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.per_minute, self.clock = per_minute, clock
         self._windows: dict[tuple[str, str], list[float]] = {}
@@ -221,7 +223,7 @@ def uvicorn_config(
         port=port,
         log_level=log_level,
         http=guarded_protocol(settings),
-        timeout_keep_alive=keep_alive_s,
+        timeout_keep_alive=cast(int, keep_alive_s),  # uvicorn annotates int; call_later takes a float
         backlog=min(2048, settings.max_connections),
         timeout_graceful_shutdown=30,
     )

@@ -34,7 +34,13 @@ class ApiError(Exception):
 
 
 def error_response(
-    status: int, message: str, *, code: str, kind: str, param: str | None = None, headers: dict | None = None
+    status: int,
+    message: str,
+    *,
+    code: str,
+    kind: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)

@@ -20,7 +20,7 @@ from dpmtv.serve._errors import ApiError
 IDENTIFYING = ("user", "safety_identifier")
 
 # field → (values meaning "what dpmtv does anyway", why any other value is refused)
-_ONLY = {
+_ONLY: dict[str, tuple[list[Any], str]] = {
     "response_format": ([{"type": "text"}], "answers are plain text; JSON output is not enforced"),
     "tools": ([[]], "dpmtv does not call tools"),
     "tool_choice": (["none"], "dpmtv does not call tools"),
@@ -81,13 +81,13 @@ COMPLETION_FIELDS = (
     "best_of",
     "suffix",
 )
-_COMPLETION_ONLY = {
+_COMPLETION_ONLY: dict[str, tuple[list[Any], str]] = {
     "best_of": ([1], "best_of must be 1: use n"),
     "suffix": ([""], "insertion (suffix) is not supported"),
 }
 
 
-def check_fields(raw: Any, *, endpoint: str) -> dict:
+def check_fields(raw: Any, *, endpoint: str) -> dict[str, Any]:
     """``raw`` without the fields checked here: unknown or refused fields raise a 400 naming them;
     ``null`` counts as absent, as in OpenAI's API."""
     if not isinstance(raw, dict):
@@ -102,7 +102,7 @@ def check_fields(raw: Any, *, endpoint: str) -> dict:
                 code="unsupported_field",
                 param=name,
             )
-    kept = {}
+    kept: dict[str, Any] = {}
     for name, value in raw.items():
         if value is None or name in IDENTIFYING:
             continue

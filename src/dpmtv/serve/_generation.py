@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -28,6 +29,9 @@ from dpmtv.inference import greedy_new_tokens
 from dpmtv.serve._decoding import GREEDY, Decoding, RowDecoding
 from dpmtv.serve._served import ServedModel, ServedVector
 from dpmtv.serve._tracker import OnFirstToken, OnText, RowTracker, TokenLogprob
+
+if TYPE_CHECKING:
+    from dpmtv.models.base import ModelAdapter
 
 
 @dataclass(frozen=True)
@@ -109,10 +113,10 @@ def generate_rows(
     ]
 
 
-def _encode(adapter, rows: Sequence[RowRequest]) -> dict[str, torch.Tensor]:
+def _encode(adapter: ModelAdapter, rows: Sequence[RowRequest]) -> dict[str, torch.Tensor]:
     prompts = [row.prompt for row in rows]
     if not isinstance(prompts[0], str):
-        return adapter.encode(prompts)
+        return adapter.encode(cast("list[Prompt]", prompts))  # one layout per batch: all chat
     tokenizer = adapter.tokenizer
     tokenizer.padding_side = "left"
     batch = tokenizer(prompts, padding=True, return_tensors="pt")
@@ -120,7 +124,9 @@ def _encode(adapter, rows: Sequence[RowRequest]) -> dict[str, torch.Tensor]:
     return {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
 
 
-def _prompt_logprobs(served, rows, inputs, tracker: RowTracker) -> list[tuple[TokenLogprob, ...]]:
+def _prompt_logprobs(
+    served: ServedModel, rows: Sequence[RowRequest], inputs: dict[str, torch.Tensor], tracker: RowTracker
+) -> list[tuple[TokenLogprob, ...]]:
     """Each echoing row's prompt tokens scored by one forward pass over the batch (position ``p``
     predicts token ``p + 1``); the first token has no log-probability."""
     if not any(row.echo_logprobs for row in rows):
@@ -141,7 +147,7 @@ def _prompt_logprobs(served, rows, inputs, tracker: RowTracker) -> list[tuple[To
     return scored
 
 
-def row_patches(served: ServedModel, vectors: Sequence[ServedVector | None]):
+def row_patches(served: ServedModel, vectors: Sequence[ServedVector | None]) -> AbstractContextManager[None]:
     """Row ``b`` of the batches run inside gets ``vectors[b]`` (None: no patch), in the model's
     patch mode; the vectors were checked against the model when the server started."""
     if all(vector is None for vector in vectors):

@@ -109,7 +109,9 @@ def model_cards(served: ServedModel) -> list[dict[str, Any]]:
     return cards
 
 
-def _card(name: str, created: int, kind: str, statement: str, numbers: dict | None) -> dict[str, Any]:
+def _card(
+    name: str, created: int, kind: str, statement: str, numbers: dict[str, Any] | None
+) -> dict[str, Any]:
     return {
         "id": name,
         "object": "model",

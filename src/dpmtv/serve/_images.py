@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 from PIL import Image, UnidentifiedImageError
 
@@ -68,7 +69,8 @@ def encoded_image(url: str, *, max_pixels: int, param: str) -> EncodedImage:
         with _quiet(), Image.open(io.BytesIO(data), formats=[kind]) as image:
             width, height = image.size
     except Image.DecompressionBombError:
-        what = f"a {kind} image above PIL's {2 * Image.MAX_IMAGE_PIXELS} pixels"
+        limit = 2 * cast(int, Image.MAX_IMAGE_PIXELS)  # set: PIL checks only against a limit
+        what = f"a {kind} image above PIL's {limit} pixels"
         raise _too_large(what, max_pixels, param) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise _unreadable(kind, len(data), param) from None

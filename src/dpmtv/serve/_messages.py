@@ -108,7 +108,9 @@ def decoded_prompt(turns: tuple[PlannedTurn, ...], *, min_side: int) -> Prompt:
     return Prompt(tuple(examples[:-1]), examples[-1])
 
 
-def _check_counts(turns: list[tuple[str, list, str | None]], settings: ServeSettings) -> None:
+def _check_counts(
+    turns: list[tuple[str, list[tuple[int, str]], str | None]], settings: ServeSettings
+) -> None:
     characters = sum(len(text) + len(answer or "") for text, _, answer in turns)
     if characters > settings.max_question_chars:
         raise ApiError(

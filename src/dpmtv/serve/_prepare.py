@@ -18,9 +18,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
+from dpmtv.data.prompts import Prompt
 from dpmtv.serve._admission import PixelBudget
-from dpmtv.serve._choices import prepared_choices
+from dpmtv.serve._choices import ChoicesRequest, prepared_choices
 from dpmtv.serve._completions import CompletionRequest, completion_rows
 from dpmtv.serve._generation import RowRequest
 from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_requests
@@ -69,7 +71,8 @@ class RequestPreparer:
             rows = row_requests(
                 planned, min_side=self.served.image_min_side, cancelled=threading.Event(), stream=chat.stream
             )
-            kept = sum(image.width * image.height for image in rows[0].prompt.all_images())
+            prompt = cast(Prompt, rows[0].prompt)  # a chat row's prompt is a conversation
+            kept = sum(image.width * image.height for image in prompt.all_images())
             self.pixels.release(held - kept)
             held = kept
         except BaseException:
@@ -81,13 +84,13 @@ class RequestPreparer:
         """A text completion's request and rows, checked in the pool (no images to admit)."""
         return await asyncio.wrap_future(self.pool.submit(completion_rows, body, self.served, self.settings))
 
-    async def choices(self, body: bytes):
+    async def choices(self, body: bytes) -> tuple[ChoicesRequest, Prompt]:
         """A closed-answer request and its decoded conversation (:mod:`dpmtv.serve._choices`)."""
         return await asyncio.wrap_future(self.pool.submit(prepared_choices, body, self.served, self.settings))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _release_abandoned(self, future: Future) -> None:
+    def _release_abandoned(self, future: Future[Prepared]) -> None:
         if not future.cancelled() and future.exception() is None:
             self.pixels.release(future.result().pixels_held)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from dpmtv.serve._body import MAX_INT_DIGITS, is_huge_integer, parse_json_body
 from dpmtv.serve._decoding import Decoding
@@ -18,6 +19,8 @@ from dpmtv.serve._messages import Message, PlannedTurn, decoded_prompt, plan_tur
 from dpmtv.serve._options import SamplingFields, check_top_logprobs, max_new_tokens, served_vector
 from dpmtv.serve._served import ServedModel, ServedVector
 from dpmtv.serve._settings import ServeSettings
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ChatRequest(SamplingFields):
@@ -46,7 +49,7 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     return validated(ChatRequest, check_fields(parse_json_body(body), endpoint="chat"))
 
 
-def validated(schema, raw: dict):
+def validated(schema: type[M], raw: dict[str, Any]) -> M:
     try:
         return schema.model_validate(raw)
     except ValidationError as exc:
@@ -109,5 +112,6 @@ def row_requests(
 def vocab_size(served: ServedModel) -> int:
     """The token ids ``logit_bias`` may name: those the tokenizer and the model's head both know."""
     tokenizer_size = len(served.loaded.adapter.tokenizer)
-    head = served.loaded.model.get_output_embeddings()
+    model: Any = served.loaded.model  # a transformers PreTrainedModel
+    head = model.get_output_embeddings()
     return min(tokenizer_size, head.weight.shape[0]) if head is not None else tokenizer_size

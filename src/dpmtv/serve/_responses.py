@@ -6,10 +6,12 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from dpmtv.serve._batcher import Job
 from dpmtv.serve._generation import RowResult
 from dpmtv.serve._metrics import Metrics
+from dpmtv.serve._tracker import TokenLogprob
 
 
 class ChatCompletion:
@@ -21,7 +23,7 @@ class ChatCompletion:
         self.model = model
         self.logprobs = logprobs  # the client asked for them: each choice carries its tokens'
 
-    def whole(self, results: Sequence[RowResult]) -> dict:
+    def whole(self, results: Sequence[RowResult]) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "chat.completion",
@@ -40,7 +42,9 @@ class ChatCompletion:
             "usage": usage(results),
         }
 
-    def chunk(self, delta: dict, finish_reason: str | None = None, logprobs: Sequence = ()) -> str:
+    def chunk(
+        self, delta: dict[str, Any], finish_reason: str | None = None, logprobs: Sequence[TokenLogprob] = ()
+    ) -> str:
         choice = {
             "index": 0,
             "delta": delta,
@@ -51,15 +55,15 @@ class ChatCompletion:
         }
         return self._event([choice], None)
 
-    def usage_chunk(self, usage: dict) -> str:
+    def usage_chunk(self, usage: dict[str, Any]) -> str:
         return self._event([], usage)
 
-    def _logprobs(self, entries: Sequence) -> dict | None:
+    def _logprobs(self, entries: Sequence[TokenLogprob]) -> dict[str, Any] | None:
         if not self.logprobs:
             return None
         return {"content": [entry.openai() for entry in entries], "refusal": None}
 
-    def _event(self, choices: list, usage: dict | None) -> str:
+    def _event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> str:
         body = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -114,7 +118,7 @@ def failure_event(metrics: Metrics, error: BaseException) -> str:
     return f"data: {json.dumps({'error': body})}\n\n"
 
 
-def usage(results: Sequence[RowResult]) -> dict:
+def usage(results: Sequence[RowResult]) -> dict[str, Any]:
     """The prompt counted once (the choices share it), every choice's completion tokens."""
     prompt = results[0].prompt_tokens
     completion = sum(result.completion_tokens for result in results)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import StoppingCriteria
@@ -26,7 +27,7 @@ class TokenLogprob:
     logprob: float | None  # None: a prompt's first token, which nothing predicts
     top: tuple[tuple[str, float], ...]  # the most likely tokens at this step, best first
 
-    def openai(self) -> dict:
+    def openai(self) -> dict[str, Any]:
         """OpenAI's entry: token, logprob, UTF-8 bytes and top_logprobs."""
         return {
             **_entry(self.token, self.logprob),
@@ -34,7 +35,7 @@ class TokenLogprob:
         }
 
 
-def _entry(token: str, logprob: float) -> dict:
+def _entry(token: str, logprob: float | None) -> dict[str, Any]:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
 
@@ -67,13 +68,13 @@ class _Row:
 class RowTracker(StoppingCriteria):
     def __init__(
         self,
-        tokenizer,
+        tokenizer: Any,
         rows: Sequence[tuple[int, threading.Event, tuple[str, ...], Decoding, bool, bool]],
         eos_ids: list[int],
         decoding: RowDecoding,
         on_text: OnText | None,
         on_first_token: OnFirstToken | None,
-    ):
+    ) -> None:
         self.tokenizer = tokenizer
         self.rows = [_Row(*row, tokens=[], logprobs=[], ends=[]) for row in rows]
         self.eos_ids = set(eos_ids)
@@ -81,7 +82,7 @@ class RowTracker(StoppingCriteria):
         self.on_text = on_text
         self.on_first_token = on_first_token
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         newest = input_ids[:, -1].tolist()
         for index, (row, token) in enumerate(zip(self.rows, newest, strict=True)):
             if row.done:
@@ -151,7 +152,7 @@ class RowTracker(StoppingCriteria):
         row = self.rows[index]
         if row.text is not None:
             return row.text
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        text: str = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
         return text if row.raw else text.strip()
 
 
