@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dpmtv.privacy.noise import CsprngNumpyGaussianSampler, OpenDPGaussianSampler, SeededGaussianSampler
 
 if TYPE_CHECKING:
-    from dpmtv.artifact.vector import PrivacyMetadata
+    from dpmtv.artifact.metadata import PrivacyMetadata
 
 NOT_FLOATING_POINT_SAFE = "not floating-point safe"
 

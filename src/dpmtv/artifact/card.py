@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # not imported at run time, since vector renders the card
-    from dpmtv.artifact.vector import ArtifactMetadata, PrivacyMetadata
+    from dpmtv.artifact.metadata import ArtifactMetadata, PrivacyMetadata
 
 CARD_SUFFIX = ".README.md"
 

@@ -49,7 +49,7 @@ from dpmtv.privacy.release import NON_PRIVATE_SAMPLER, calibrated_noise_std
 from dpmtv.privacy.sensitivity import l2_sensitivity
 
 if TYPE_CHECKING:
-    from dpmtv.artifact.vector import PrivacyMetadata
+    from dpmtv.artifact.metadata import PrivacyMetadata
 
 # The calibration searches to 1e-7 relative; a recorded σ further than this from it was edited.
 NOISE_STD_RELATIVE_TOLERANCE = 1e-6
@@ -69,7 +69,7 @@ def check_privacy_claim(
     heads: list[list[int]] | None = None,
 ) -> None:
     """Raise ArtifactIntegrityError naming the first field of ``privacy`` (a
-    :class:`dpmtv.artifact.vector.PrivacyMetadata`) that contradicts the others or ``head_selection``
+    :class:`dpmtv.artifact.metadata.PrivacyMetadata`) that contradicts the others or ``head_selection``
     (and, given the released ``heads`` as JSON pairs, a candidate choice that did not pick them)."""
     claim = _Claim(privacy, head_selection, where)
     claim.no_nan()

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpmtv._atomic import replacing_together
 from dpmtv.artifact.card import card_path, render_card
+from dpmtv.artifact.metadata import FORMAT_VERSION, ArtifactMetadata, PrivacyMetadata
 from dpmtv.artifact.signature import sign_files, signature_path, signed_names
 from dpmtv.errors import ArtifactIntegrityError, ModelMismatchError
 from dpmtv.heads import HeadSet
@@ -42,64 +43,20 @@ from dpmtv.models.fingerprint import IDENTITY_FIELDS_CHECKED
 if TYPE_CHECKING:
     from dpmtv.artifact.signature import Signer
 
-FORMAT_VERSION = 3
+__all__ = [
+    "FORMAT_VERSION",
+    "ArtifactMetadata",
+    "PrivacyMetadata",
+    "TaskVector",
+    "is_dpmtv_artifact",
+    "load_task_vector",
+    "save_task_vector",
+    "tensors_sha256",
+]
+
 _HEADER_LIMIT_BYTES = 100_000_000  # safetensors' own limit on the JSON header
 METADATA_KEY = "dpmtv"
 METADATA_HASH_KEY = "dpmtv_sha256"  # SHA-256 of the METADATA_KEY text (which holds the tensor hash)
-
-
-class PrivacyMetadata(BaseModel):
-    """How the vector was privatised. ``private`` is True only when the (ε, δ) guarantee holds:
-    noised by a secure sampler. False for seeded noise (the seed regenerates it) and for the
-    explicitly non-private baseline (``noise_std = 0``, ``epsilon = inf``)."""
-
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
-
-    private: bool
-    epsilon: float
-    delta: float
-    epsilon_spent: float
-    neighbouring_relation: str
-    privacy_unit: str = "record"
-    l2_clip_norm: list[float]  # one per released layer, in layer order
-    # The norms Δ = 2·sqrt(Σ C²)/m is computed over: l2_clip_norm, or with private selection the
-    # worst case over the pool (dpmtv.privacy.sensitivity.worst_case_clip_norms).
-    sensitivity_l2_clip_norm: list[float]
-    l2_sensitivity: float
-    noise_std: float
-    noise_std_analytic: float | None
-    noise_std_sampler_map: float | None
-    noise_multiplier: float
-    noise_sampler: str
-    secure_noise: bool
-    insecure_seed: int | None = None
-    num_chunks: int
-    shots_per_chunk: int
-    num_records: int | None  # public only under replace-one
-    num_unused_records: int | None
-    accountant: str
-    accounting_events: dict[str, Any]
-    # --l2-clip-norm private: the settings, public layer scales, chosen multiplier and ε of the
-    # clip's round (dpmtv.pipeline.private_clip.ClipChoice); None when C was given or public
-    clip_norm_selection: dict[str, Any] | None = None
-
-
-class ArtifactMetadata(BaseModel):
-    """The artifact's JSON document: the build's public settings, the model's identity and the
-    guarantee (:class:`PrivacyMetadata`); every field, and why it is public, is in docs/design.md."""
-
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
-
-    format_version: int = FORMAT_VERSION
-    library_version: str
-    created_at: str
-    model: dict[str, Any]
-    heads: list[list[int]]
-    head_selection: dict[str, Any]
-    prompt: dict[str, Any]
-    privacy: PrivacyMetadata
-    workers: int = 1  # processes that extracted the chunks (1: local build; older artifacts: 1)
-    tensors_sha256: str = ""
 
 
 @dataclass(frozen=True)
