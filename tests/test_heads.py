@@ -79,3 +79,8 @@ def test_a_head_file_with_a_non_integer_names_the_entry(tmp_path, content):
     message = r"head file '.*heads\.json': entry 0 .* is not a pair of integers"
     with pytest.raises(HeadSpecError, match=message):
         parse_head_spec(str(path), GEOMETRY)
+
+
+def test_a_head_set_counts_itself_in_words_singular_and_plural():
+    assert HeadSet.of([(3, 1)]).in_words() == "1 head in 1 layer"
+    assert HeadSet.of([(0, 0), (0, 1), (2, 0)]).in_words() == "3 heads in 2 layers"

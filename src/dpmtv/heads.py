@@ -59,6 +59,11 @@ class HeadSet:
                 )
         return self
 
+    def in_words(self) -> str:
+        """``'1 head in 1 layer'``, ``'32 heads in 4 layers'``: the count a summary shows."""
+        heads, layers = len(self.pairs), len(self.layers)
+        return f"{heads} head{'s' * (heads != 1)} in {layers} layer{'s' * (layers != 1)}"
+
     def to_json(self) -> list[list[int]]:
         """The pairs as ``[[layer, head], ...]``, the form head files and the artifact store."""
         return [list(pair) for pair in self.pairs]

@@ -108,8 +108,11 @@ def test_icl_demonstrations_are_seeded_and_without_replacement_per_prompt():
 def test_the_report_section_names_the_ceiling_and_the_deciding_queries():
     benchmark = load_benchmark("embedded:is_green", options=LoadOptions(max_train=8, max_test=64))
     (title, _, line, _) = recognition_lines(benchmark.describe())
-    assert title == "## Recognition" and benchmark.details["ceiling"]["rule"] in line
-    assert line.endswith(f"`deciding_accuracy`: {benchmark.details['deciding_count']}.")
+    assert title == "## What recognising a trained rule would score"
+    assert benchmark.details["ceiling"]["rule"] in line
+    assert f"{benchmark.details['ceiling']['accuracy']:.3f} of the test queries" in line
+    assert f"the {benchmark.details['deciding_count']} test queries in them" in line
+    assert "ceiling" not in line
     assert recognition_lines({"name": "vizwiz"}) == []
 
 

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpmtv.heads import HeadSet
+
 if TYPE_CHECKING:  # not imported at run time, since vector renders the card
     from dpmtv.artifact.metadata import ArtifactMetadata, PrivacyMetadata
 
@@ -111,7 +113,7 @@ def _body(metadata: ArtifactMetadata, artifact_name: str) -> list[str]:
         *_model_section(model),
         "## Heads",
         "",
-        f"{len(heads)} heads in {len({h[0] for h in heads})} layers, chosen by "
+        f"{HeadSet.of(heads).in_words()}, chosen by "
         f"`{metadata.head_selection.get('method', 'unknown')}`: "
         + ", ".join(f"({layer}, {head})" for layer, head in heads),
         "",

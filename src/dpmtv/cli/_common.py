@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpmtv.errors import DpmtvError, HeadSpecError, ParameterError
+from dpmtv.heads import HeadSet
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)  # progress, warnings and errors: stdout stays for results
@@ -326,7 +327,7 @@ def print_vector_summary(metadata, *, path, signature: str | None = None) -> Non
         ("guarantee", guarantee_text(p)),
         ("accounting", accounting_in_words(p)),
         ("model", f"{metadata.model['architecture']} ({metadata.model['name_or_path']})"),
-        ("heads", f"{len(metadata.heads)} heads in {len({h[0] for h in metadata.heads})} layers"),
+        ("heads", HeadSet.of(metadata.heads).in_words()),
         (
             "chunks m × shots s",
             f"{p.num_chunks} × {p.shots_per_chunk}"

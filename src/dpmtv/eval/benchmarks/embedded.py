@@ -186,13 +186,15 @@ def recognition_lines(details: Mapping[str, Any]) -> list[str]:
     ceiling, cells = details["ceiling"], details["deciding_cells"]
     shown = ", ".join(cells[:8]) + (f" (+{len(cells) - 8} more)" if len(cells) > 8 else "")
     return [
-        "## Recognition",
+        "## What recognising a trained rule would score",
         "",
-        f"Group: {GROUP_TITLES[details['group']]}; training drew its table (or complement): "
-        f"{'yes' if details['trained'] else 'no'}. Recognition ceiling {ceiling['accuracy']:.3f} "
-        f"(`{ceiling['rule']}`, the best trained table on the test queries); its {len(cells)} deciding "
-        f"cells (where it answers wrong): {shown or 'none'}; test queries in them, scored by "
-        f"`deciding_accuracy`: {details['deciding_count']}.",
+        f"Group: {GROUP_TITLES[details['group']]}. The model was trained on this task's rule (or its "
+        f"complement): {'yes' if details['trained'] else 'no'}. The trained rule closest to this task "
+        f"(`{ceiling['rule']}`) answers {ceiling['accuracy']:.3f} of the test queries right: that is what "
+        "a model scores by recognising which trained rule the demonstrations show, without learning "
+        f"anything beyond it. It answers wrong in {len(cells)} deciding cells ({shown or 'none'}); the "
+        f"{details['deciding_count']} test queries in them are the ones only the demonstrations can "
+        "settle, and `deciding_accuracy` scores each method on them.",
         "",
     ]
 
