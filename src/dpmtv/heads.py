@@ -10,7 +10,7 @@ a file path                    JSON list of [layer, head] pairs, or a JSON objec
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ class HeadSet:
     pairs: tuple[tuple[int, int], ...]
 
     @classmethod
-    def of(cls, pairs: Iterable[tuple[int, int]]) -> HeadSet:
+    def of(cls, pairs: Iterable[Sequence[int]]) -> HeadSet:
         """The set of ``pairs``, sorted, duplicates dropped; an empty set raises ``HeadSpecError``."""
         unique = sorted({(int(layer), int(head)) for layer, head in pairs})
         if not unique:
