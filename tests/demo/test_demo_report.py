@@ -64,8 +64,10 @@ def test_shots_plot_draws_every_group(tmp_path):
             for k in (1, 4)
         ]
 
+    from dpmtv.demo.config import default_config
+
     shots = {g: rows(0.5) for g in ("seen", "held_out", "label_maps", "rules")}
-    _plot_shots(shots, {}, tmp_path / "shots.png")
+    _plot_shots(shots, {}, default_config(), tmp_path / "shots.png")
     assert (tmp_path / "shots.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -119,7 +119,7 @@ def write_outputs(
     _plot(summary, out / "privacy_utility.png")
     plot_deciding_cells(summary, out / "deciding_cells.png")
     if shots:
-        _plot_shots(shots, summary, out / "accuracy_vs_shots.png")
+        _plot_shots(shots, summary, config, out / "accuracy_vs_shots.png")
 
 
 def command_line(config: DemoConfig) -> str:
@@ -259,14 +259,17 @@ def privacy_utility_by_group_figure(summary):
         ax.set_ylabel("accuracy (mean over tasks)")
         ax.set_title(f"Embedded model: {GROUP_TITLES[group]} (δ = 1e-5)")
         ax.set_ylim(-0.04, 1.04)  # a line at 0 (a label map's zero-shot) stays visible
-        ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    # one legend under the panels, so none covers a line (a label map's zero-shot lies at 0)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-def _plot_shots(shots, summary, path: Path) -> None:
-    """ICL accuracy against the number of shots, seen and held-out tasks, with each group's MTV
-    and DP-MTV (ε = 1) as horizontal references."""
+def _plot_shots(shots, summary, config: DemoConfig, path: Path) -> None:
+    """ICL accuracy against the number of shots, seen and held-out tasks, with each group's
+    zero-shot and MTV as horizontal references. The curve is measured on a subset (one seed, the
+    first test images), which the title says, since its values differ from the full runs'."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -274,7 +277,7 @@ def _plot_shots(shots, summary, path: Path) -> None:
 
     from dpmtv.eval.plot_style import method_label, method_style
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     colours = {"seen": "tab:blue", "held_out": "tab:red", "label_maps": "tab:green", "rules": "tab:purple"}
     markers = {"seen": "o", "held_out": "s", "label_maps": "^", "rules": "D"}  # told apart in greyscale
     for group, rows in shots.items():
@@ -301,9 +304,14 @@ def _plot_shots(shots, summary, path: Path) -> None:
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("demonstrations in the prompt")
     ax.set_ylabel("accuracy (mean over tasks)")
-    ax.set_title("Embedded model: in-context learning by number of shots")
+    ax.set_title(
+        "Embedded model: in-context learning by number of shots\n"
+        f"(seed {config.seeds[0]}, first {config.shot_curve_queries} test images per task; "
+        "references: all runs)",
+        fontsize=10,
+    )
     ax.set_ylim(-0.04, 1.04)  # a reference at 0 (a label map's zero-shot) stays visible
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)  # outside: covers no line
     fig.tight_layout()
     save_figure_atomically(fig, path, dpi=120)
     plt.close(fig)
