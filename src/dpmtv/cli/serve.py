@@ -177,7 +177,8 @@ def command(
     spends no privacy budget. Each vector is checked like `dpmtv answer` (tensor hash, model
     fingerprint and, with --trusted-key, its signature over it and its card) and refused at
     start-up if it fails; without a trusted key the start-up lines and /v1/models say that its
-    signature was not verified.
+    signature was not verified. With --ray, --replicas copies of this server (each loading and
+    checking the model and vectors) answer behind Ray Serve's proxy on --host/--port.
     """
     check_bind(host, api_key=api_key, insecure_no_auth=insecure_no_auth)
     try:
