@@ -3,6 +3,7 @@ Serve's real HTTP proxy on a free loopback port."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -159,3 +160,20 @@ def test_a_replica_whose_vector_fails_its_check_does_not_start(
     finally:
         serve.delete("refused")
     assert _ask(replicas, _body(0)).status_code == 200  # the running app is untouched
+
+
+def test_a_stream_passes_through_the_proxy_with_the_same_answer(replicas):
+    body = _body(1)
+    whole = _ask(replicas, body).json()["choices"][0]["message"]["content"]
+    with httpx.stream(
+        "POST",
+        f"{replicas}/v1/chat/completions",
+        json={**body, "stream": True},
+        headers=AUTH,
+        timeout=REQUEST_TIMEOUT_S,
+    ) as response:
+        assert response.status_code == 200 and response.headers[REPLICA_HEADER]
+        events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event)["choices"] for event in events[:-1]]
+    assert "".join(c[0]["delta"].get("content") or "" for c in chunks if c) == whole
