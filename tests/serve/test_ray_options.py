@@ -64,3 +64,22 @@ def test_local_is_a_new_cluster_on_this_machine(monkeypatch):
     monkeypatch.delenv("RAY_USE_TLS", raising=False)
     assert head_address("local") is None
     check_ray_network("local", insecure_network=False)
+
+
+def test_each_replica_gets_the_commands_model_options_and_absolute_paths(tmp_path, monkeypatch):
+    from dpmtv.cli._serve_ray import replica_spec
+    from dpmtv.models.loading import load_options
+    from dpmtv.serve import ServeSettings
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("model", "v.safetensors", "key.pem", "lora"):
+        (tmp_path / name).touch()
+    settings = ServeSettings(trusted_keys=(tmp_path.joinpath("key.pem").relative_to(tmp_path),))
+    with load_options(revision="abc123", adapter_weights="lora", adapter_spec="qwen-vl-chat"):
+        spec = replica_spec("model", [("v", "v.safetensors")], settings, threads=1)
+    assert spec.model == str(tmp_path / "model")
+    assert spec.vectors == (("v", tmp_path / "v.safetensors"),)
+    assert spec.settings.trusted_keys == (tmp_path / "key.pem",)
+    assert (spec.load.revision, spec.load.adapter_weights) == ("abc123", tmp_path / "lora")
+    assert spec.load.adapter_spec == "qwen-vl-chat"  # a named spec, not a path here
+    assert spec.threads == 1

@@ -98,15 +98,12 @@ def _check(address, replicas, cpus_per_replica, insecure_network) -> RayServing 
     )
 
 
-def serve_on_ray(serving: RayServing, model_path: str, vectors, settings, bind, **load) -> None:
-    """Serve until interrupted on ``bind`` (host, port, keep-alive seconds). Paths are made
-    absolute: a replica's working directory is Ray's."""
-    from dpmtv.serve.ray_replicas import ReplicaSpec, serve_forever
+def serve_on_ray(serving: RayServing, spec, bind) -> None:
+    """Serve ``spec`` (:func:`replica_spec`) until interrupted on ``bind`` (host, port,
+    keep-alive seconds)."""
+    from dpmtv.serve.ray_replicas import serve_forever
 
     host, port, keep_alive_s = bind
-    model = str(Path(model_path).resolve()) if Path(model_path).exists() else model_path
-    settings = dataclasses.replace(settings, trusted_keys=tuple(p.resolve() for p in settings.trusted_keys))
-    spec = ReplicaSpec(model, tuple((name, Path(p).resolve()) for name, p in vectors), settings, **load)
     serve_forever(
         spec,
         address=serving.address,
@@ -116,3 +113,25 @@ def serve_on_ray(serving: RayServing, model_path: str, vectors, settings, bind, 
         cpus_per_replica=serving.cpus_per_replica,
         keep_alive_s=keep_alive_s,
     )
+
+
+def replica_spec(model_path: str, vectors, settings, **load):
+    """What each replica loads: the command's model, vectors, settings and model options, with
+    local paths made absolute (a replica's working directory is Ray's)."""
+    from dpmtv.models.loading import current_load_options
+    from dpmtv.serve.ray_replicas import ReplicaSpec
+
+    options = current_load_options()
+    options = dataclasses.replace(
+        options,
+        adapter_spec=_absolute(options.adapter_spec),
+        adapter_weights=_absolute(options.adapter_weights),
+    )
+    settings = dataclasses.replace(settings, trusted_keys=tuple(p.resolve() for p in settings.trusted_keys))
+    named = tuple((name, Path(path).resolve()) for name, path in vectors)
+    return ReplicaSpec(str(_absolute(model_path)), named, settings, load=options, **load)
+
+
+def _absolute(value):
+    """A local path made absolute; a hub id, a named adapter spec or None as it is."""
+    return value if value is None or not Path(value).exists() else Path(value).resolve()

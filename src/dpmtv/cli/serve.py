@@ -6,7 +6,7 @@ import click
 
 from dpmtv.cli._common import err_console, guarantee_text, model_options, trusted_key_option
 from dpmtv.cli._config_file import config_options
-from dpmtv.cli._serve_ray import ray_serve_options, serve_on_ray
+from dpmtv.cli._serve_ray import ray_serve_options, replica_spec, serve_on_ray
 from dpmtv.errors import ParameterError
 
 API_KEY_ENV = "DPMTV_API_KEY"
@@ -204,7 +204,8 @@ def command(
     if ray_serving is not None:
         del served  # checked here; each replica loads and checks its own copy
         load = {"dtype": dtype, "device": device, "patch_mode": mode, "threads": threads}
-        serve_on_ray(ray_serving, model_path, vectors, settings, (host, port, keep_alive_s), **load)
+        spec = replica_spec(model_path, vectors, settings, **load)
+        serve_on_ray(ray_serving, spec, (host, port, keep_alive_s))
         return
     install_log_rate_limit()
     app = create_app(served, settings)

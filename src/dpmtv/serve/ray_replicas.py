@@ -14,29 +14,32 @@ do, in the replicas). Queries are post-processing of released vectors: no privac
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import DistributedError, ParameterError
+from dpmtv.models.loading import LoadOptions, load_options
 from dpmtv.serve._settings import ServeSettings
 
 __all__ = ["APP_NAME", "REPLICA_HEADER", "ReplicaSpec", "deploy_replicas", "serve_forever"]
 
 APP_NAME = "dpmtv"
 REPLICA_HEADER = "x-dpmtv-replica"
-_READY_TIMEOUT_S = 600.0
-_ERROR_LINE = re.compile(r"^\s*[\w.]+(Error|Exception): ")  # replicas loading a large model on a busy cluster
+_READY_TIMEOUT_S = 600.0  # replicas loading a large model on a busy cluster
+_ERROR_LINE = re.compile(r"^\s*[\w.]+(Error|Exception): ")
 
 
 @dataclass(frozen=True)
 class ReplicaSpec:
     """What each replica loads: the arguments of :func:`dpmtv.serve.load_served_model`, the
-    server's settings and torch's thread count (None: Ray's, one per reserved CPU)."""
+    command's model options (revision, adapter spec and weights, remote code, attention), the
+    server's settings and torch's thread count (None: torch's default in the replica)."""
 
     model: str
     vectors: tuple[tuple[str, Path], ...]
@@ -45,6 +48,7 @@ class ReplicaSpec:
     device: str = "cpu"
     patch_mode: str | None = None
     threads: int | None = None
+    load: LoadOptions = field(default_factory=LoadOptions)
 
 
 class _ReplicaHeader:
@@ -62,7 +66,7 @@ class _ReplicaHeader:
             if message["type"] == "http.response.start":
                 message = {
                     **message,
-                    "headers": [*message.get("headers", []), (b"x-dpmtv-replica", self.replica)],
+                    "headers": [*message.get("headers", []), (REPLICA_HEADER.encode(), self.replica)],
                 }
             await send(message)
 
@@ -82,14 +86,15 @@ class DpmtvReplica:
         if spec.threads is not None:
             torch.set_num_threads(spec.threads)
         self._spec = spec
-        self._served = load_served_model(
-            spec.model,
-            spec.vectors,
-            dtype=spec.dtype,
-            device=spec.device,
-            patch_mode=spec.patch_mode,
-            trusted_keys=spec.settings.trusted_keys,
-        )
+        with load_options(**dataclasses.asdict(spec.load)):  # the model the command checked
+            self._served = load_served_model(
+                spec.model,
+                spec.vectors,
+                dtype=spec.dtype,
+                device=spec.device,
+                patch_mode=spec.patch_mode,
+                trusted_keys=spec.settings.trusted_keys,
+            )
         self.replica_id = serve.get_replica_context().replica_id.unique_id
 
     def __serve_build_asgi_app__(self) -> Any:
