@@ -6,6 +6,7 @@ import click
 
 from dpmtv.cli._common import err_console, guarantee_text, model_options, trusted_key_option
 from dpmtv.cli._config_file import config_options
+from dpmtv.cli._serve_ray import ray_serve_options, replica_spec, serve_on_ray
 from dpmtv.errors import ParameterError
 
 API_KEY_ENV = "DPMTV_API_KEY"
@@ -150,6 +151,7 @@ API_KEY_ENV = "DPMTV_API_KEY"
     help="Refuse to start unless every vector is signed by a --trusted-key (and refuse to start "
     "without one); without a trusted key the server serves, and says, unverified claims.",
 )
+@ray_serve_options
 @trusted_key_option
 @config_options
 def command(
@@ -166,6 +168,7 @@ def command(
     trusted_keys,
     dtype,
     device,
+    ray_serving,
     **limits,
 ):
     """Serve task vectors over an OpenAI-compatible HTTP API and a web page at /.
@@ -174,7 +177,8 @@ def command(
     spends no privacy budget. Each vector is checked like `dpmtv answer` (tensor hash, model
     fingerprint and, with --trusted-key, its signature over it and its card) and refused at
     start-up if it fails; without a trusted key the start-up lines and /v1/models say that its
-    signature was not verified.
+    signature was not verified. With --ray, --replicas copies of this server (each loading and
+    checking the model and vectors) answer behind Ray Serve's proxy on --host/--port.
     """
     check_bind(host, api_key=api_key, insecure_no_auth=insecure_no_auth)
     try:
@@ -185,27 +189,38 @@ def command(
     except ImportError:
         raise click.ClickException("dpmtv serve needs the serve extra: pip install -e '.[serve]'") from None
     settings = _settings(api_key, limits, trusted_keys)
+    _set_threads(threads)
+    vectors = [parse_vector_spec(spec) for spec in vector_specs]
+    mode = None if patch_mode == "auto" else patch_mode
+    served = load_served_model(
+        model_path,
+        vectors,
+        dtype=dtype,
+        device=device,
+        patch_mode=mode,
+        trusted_keys=settings.trusted_keys,
+    )
+    _print_start_up(served, host, port)
+    if ray_serving is not None:
+        del served  # checked here; each replica loads and checks its own copy
+        load = {"dtype": dtype, "device": device, "patch_mode": mode, "threads": threads}
+        spec = replica_spec(model_path, vectors, settings, **load)
+        serve_on_ray(ray_serving, spec, (host, port, keep_alive_s))
+        return
+    install_log_rate_limit()
+    app = create_app(served, settings)
+    uvicorn.Server(
+        uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
+    ).run()
+
+
+def _set_threads(threads: int | None) -> None:
     if threads is not None:
         import torch
 
         if threads < 1:
             raise ParameterError(f"--threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
-    vectors = [parse_vector_spec(spec) for spec in vector_specs]
-    served = load_served_model(
-        model_path,
-        vectors,
-        dtype=dtype,
-        device=device,
-        patch_mode=None if patch_mode == "auto" else patch_mode,
-        trusted_keys=settings.trusted_keys,
-    )
-    _print_start_up(served, host, port)
-    install_log_rate_limit()
-    app = create_app(served, settings)
-    uvicorn.Server(
-        uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
-    ).run()
 
 
 def _print_start_up(served, host: str, port: int) -> None:

@@ -55,15 +55,23 @@ def is_loopback_address(address: str) -> bool:
 
 def head_address(address: str) -> str | None:
     """The head a run joins: ``address``, or for ``auto`` the ``RAY_ADDRESS`` variable (None:
-    this machine's own cluster, or a new local one)."""
+    this machine's own cluster, or a new local one, which ``local`` always starts)."""
+    if address == "local":
+        return None
     if address != "auto":
         return address
     variable = os.environ.get("RAY_ADDRESS", "")
     return None if variable in ("", "auto", "local") else variable
 
 
-def check_ray_network(address: str, *, insecure_network: bool) -> None:
+def check_ray_network(
+    address: str,
+    *,
+    insecure_network: bool,
+    crossing: str = "private records and un-noised partial sums",
+) -> None:
     """Refuse a head off this machine unless Ray's TLS is on or ``insecure_network`` is given.
+    ``crossing`` says what would travel unencrypted (the build's records; the server's queries).
 
     Raises:
         ParameterError: names the address, what would cross the network, and both ways on.
@@ -77,7 +85,7 @@ def check_ray_network(address: str, *, insecure_network: bool) -> None:
     token = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
     why = "; Ray's token auth (RAY_AUTH_MODE=token) is on but does not encrypt" if token else ""
     raise ParameterError(
-        f"{named} is not on this machine, and private records and un-noised partial sums would "
+        f"{named} is not on this machine, and {crossing} would "
         f"cross the network unencrypted (RAY_USE_TLS is off{why}): set RAY_USE_TLS=1 with "
         "RAY_TLS_SERVER_CERT, RAY_TLS_SERVER_KEY and RAY_TLS_CA_CERT on every node, or accept a "
         "trusted network explicitly with --ray-insecure-network"
