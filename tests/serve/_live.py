@@ -21,10 +21,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(app, *, timeout_s: float = 30.0) -> Iterator[str]:
-    """Yields the base URL; shuts the server down (and joins its thread) on exit."""
+def live_server(app, *, timeout_s: float = 30.0, http: str = "auto") -> Iterator[str]:
+    """Yields the base URL (``http``: the guarded protocol, as ``uvicorn_config`` takes it);
+    shuts the server down (and joins its thread) on exit."""
     port = free_port()
-    config = uvicorn_config(app, app.state.settings, host="127.0.0.1", port=port, log_level="warning")
+    settings = app.state.settings
+    config = uvicorn_config(app, settings, host="127.0.0.1", port=port, log_level="warning", http=http)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()

@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import httpx
 import pytest
 
 from dpmtv.serve import ServeSettings, create_app
+from dpmtv.serve._connections import PROTOCOLS
 from tests.serve._live import live_server
 
 WAIT_S = 20.0  # a bound for a busy machine; nothing here waits on a server timeout
 CAP = 4
 
 
-@pytest.fixture(scope="module")
-def capped(served):
-    """Timeouts far beyond the test's length: only the cap closes anything here."""
+@pytest.fixture(params=sorted(PROTOCOLS))
+def capped(served, request):
+    """Timeouts far beyond the test's length: only the cap closes anything here (on each guarded
+    protocol this install has). A server per test: sockets a previous test left closing or
+    lingering (a refused one reads for a second) would count against the cap."""
     settings = ServeSettings(header_timeout_s=120.0, body_timeout_s=120.0, max_connections=CAP)
-    with live_server(create_app(served, settings)) as url:
+    with live_server(create_app(served, settings), http=request.param) as url:
         yield url
 
 
@@ -120,3 +124,31 @@ def test_when_every_connection_is_busy_a_new_one_gets_503_with_retry_after(cappe
         for sock in busy:
             sock.close()
     _until_healthy(capped)
+
+
+def test_without_httptools_the_server_runs_the_guarded_h11_protocol(monkeypatch):
+    """httptools is the preferred parser; an install without it falls back to h11 with the same
+    guards, and naming a protocol this install lacks is a clear error."""
+    from dpmtv.errors import ParameterError
+    from dpmtv.serve import _connections
+
+    monkeypatch.setitem(sys.modules, "httptools", None)  # import httptools raises ImportError
+    monkeypatch.delitem(sys.modules, "uvicorn.protocols.http.httptools_impl", raising=False)
+    monkeypatch.setattr(_connections, "PROTOCOLS", _connections.available_protocols())
+    assert list(_connections.PROTOCOLS) == ["h11"]
+    settings = ServeSettings(max_connections=CAP)
+    protocol = _connections.guarded_protocol(settings)
+    assert issubclass(protocol, _connections.GuardedH11Protocol) and protocol.max_connections == CAP
+    with pytest.raises(ParameterError, match="'httptools' is not available here"):
+        _connections.guarded_protocol(settings, "httptools")
+
+
+@pytest.mark.skipif("httptools" not in PROTOCOLS, reason="httptools is not installed")
+def test_with_httptools_the_server_runs_the_guarded_httptools_protocol():
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from dpmtv.serve._connections import ConnectionGuard, guarded_protocol
+
+    protocol = guarded_protocol(ServeSettings(header_timeout_s=3.0))
+    assert issubclass(protocol, HttpToolsProtocol) and issubclass(protocol, ConnectionGuard)
+    assert protocol.header_timeout_s == 3.0

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from dpmtv.serve import ServeSettings, _requests, create_app
-from dpmtv.serve._connections import RateLimitFilter
+from dpmtv.serve._connections import PROTOCOLS, RateLimitFilter
 from tests.serve._live import live_server
 from tests.serve.conftest import chat_body
 from tests.serve.test_api import metric_values
@@ -57,13 +57,15 @@ def _closed_by_server(sock: socket.socket) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def guarded_app(served):
+@pytest.fixture(scope="module", params=sorted(PROTOCOLS))
+def guarded_app(served, request):
+    """The guards on each protocol this install has (httptools, what `dpmtv serve` runs, and
+    h11, its fallback)."""
     settings = ServeSettings(
         header_timeout_s=1.0, body_timeout_s=1.0, max_connections=6, batch_window_ms=1000
     )
     app = create_app(served, settings)
-    with live_server(app) as url:
+    with live_server(app, http=request.param) as url:
         yield url, app
 
 

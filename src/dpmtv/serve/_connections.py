@@ -1,8 +1,10 @@
 """Connection-level limits uvicorn lacks, and the uvicorn configuration `dpmtv serve` runs.
 
-uvicorn closes idle keep-alive connections but never a connection that sends nothing, or its
-headers one byte at a time (slowloris), and it accepts sockets until the process runs out of
-file descriptors — then asyncio logs one traceback per failed ``accept()``. Here:
+`dpmtv serve` runs uvicorn's httptools protocol (its C parser) where httptools is installed, and
+its pure-Python h11 protocol otherwise, each with the same guards. uvicorn closes idle keep-alive
+connections but never a connection that sends nothing, or its headers one byte at a time
+(slowloris), and it accepts sockets until the process runs out of file descriptors — then
+asyncio logs one traceback per failed ``accept()``. Here:
 
 - **header timeout**: from the connection's start, or a new request's first byte, the request
   line and headers must all arrive within ``header_timeout_s`` or the connection is closed;
@@ -29,6 +31,7 @@ from typing import Any, cast
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from dpmtv.errors import ParameterError
 from dpmtv.serve._settings import ServeSettings
 
 logger = logging.getLogger("dpmtv.serve")
@@ -38,16 +41,25 @@ _REFUSED_LINGER_S = 1.0  # a refused socket reads (and drops) what the client se
 _RETRY_AFTER_S = 1
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header deadline and a cap on open connections."""
+class ConnectionGuard(asyncio.Protocol):
+    """A header deadline and a cap on open connections, over either of uvicorn's HTTP/1.1
+    protocols (they share what this reads: ``cycle``, set once a request's headers are in,
+    ``connections``, ``loop`` and ``transport``)."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 512
+    cycle: Any
+    connections: set[Any]
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_deadline: asyncio.TimerHandle | None = None
-        self._last_active_s, self._refused = self.loop.time(), False
+        self._last_active_s, self._refused = (
+            time.monotonic(),
+            False,
+        )  # not loop.time(): uvloop's is per loop iteration, in ms (ties)
         if (
             len(self.connections) > self.max_connections
             and _open_count(self.connections) > self.max_connections
@@ -63,9 +75,7 @@ class GuardedH11Protocol(H11Protocol):
         return not (in_request or self._refused or self.transport.is_closing())
 
     def _close_longest_idle(self) -> bool:
-        idle = [
-            c for c in self.connections if isinstance(c, GuardedH11Protocol) and c is not self and c._idle()
-        ]
+        idle = [c for c in self.connections if isinstance(c, ConnectionGuard) and c is not self and c._idle()]
         if not idle:
             return False
         victim = min(idle, key=lambda connection: connection._last_active_s)
@@ -110,7 +120,7 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered already
-        self._last_active_s = self.loop.time()
+        self._last_active_s = time.monotonic()
         if self._header_deadline is None and (self.cycle is None or self.cycle.response_complete):
             self._arm_header_deadline()  # the first byte of a new request on a kept-alive connection
         super().data_received(data)
@@ -138,6 +148,10 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
+class GuardedH11Protocol(ConnectionGuard, H11Protocol):
+    """uvicorn's h11 protocol (pure Python), guarded: where httptools is not installed."""
+
+
 def _open_count(connections: set[Any]) -> int:
     """Connections not already closing (a closed idle one leaves the set a moment later)."""
     return sum(not connection.transport.is_closing() for connection in connections)
@@ -154,11 +168,39 @@ def default_max_connections() -> int:
     return max(8, min(512, soft - 100))
 
 
-def guarded_protocol(settings: ServeSettings) -> type[GuardedH11Protocol]:
-    """The protocol class with this server's limits (uvicorn builds one instance per connection)."""
+def available_protocols() -> dict[str, type[ConnectionGuard]]:
+    """The guarded protocols this install can run, the preferred first: httptools (a C parser;
+    the event loop's CPU per request was most of the HTTP path's) where installed, then h11."""
+    protocols: dict[str, type[ConnectionGuard]] = {}
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        pass
+    else:
+
+        class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
+            """uvicorn's httptools protocol, guarded: what `dpmtv serve` runs."""
+
+        protocols["httptools"] = GuardedHttpToolsProtocol
+    protocols["h11"] = GuardedH11Protocol
+    return protocols
+
+
+PROTOCOLS = available_protocols()
+
+
+def guarded_protocol(settings: ServeSettings, http: str = "auto") -> type[ConnectionGuard]:
+    """The protocol class with this server's limits (uvicorn builds one instance per connection):
+    ``auto`` is the first of :func:`available_protocols`."""
+    protocols = PROTOCOLS
+    name = next(iter(protocols)) if http == "auto" else http
+    if name not in protocols:
+        raise ParameterError(
+            f"http protocol '{http}' is not available here; choose one of: auto, {', '.join(protocols)}"
+        )
     return type(
-        "DpmtvH11Protocol",
-        (GuardedH11Protocol,),
+        f"Dpmtv{protocols[name].__name__}",
+        (protocols[name],),
         {"header_timeout_s": settings.header_timeout_s, "max_connections": settings.max_connections},
     )
 
@@ -215,14 +257,16 @@ def uvicorn_config(
     port: int,
     log_level: str = "info",
     keep_alive_s: float = 30.0,
+    http: str = "auto",
 ) -> uvicorn.Config:
-    """What `dpmtv serve` runs (and what the tests run on loopback)."""
+    """What `dpmtv serve` runs (and what the tests run on loopback); ``http`` picks the guarded
+    protocol (:func:`guarded_protocol`)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        http=guarded_protocol(settings),
+        http=guarded_protocol(settings, http),
         timeout_keep_alive=cast(int, keep_alive_s),  # uvicorn annotates int; call_later takes a float
         backlog=min(2048, settings.max_connections),
         timeout_graceful_shutdown=30,
