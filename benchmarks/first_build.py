@@ -60,7 +60,9 @@ def main() -> None:
         seconds = time.perf_counter() - started
     result = {"build_s": seconds, "build_cpu_s": _children_cpu_s() - cpu_before, "records": options.records,
               "image_px": 384, "shots_per_chunk": 8,
-              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}  # fmt: skip
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              # as the benchmark got it; unset, the newer CLI sets PASSIVE for its own process
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}  # fmt: skip
     document = {
         "command": " ".join(["python", "benchmarks/first_build.py", *sys.argv[1:]]),
         "cpus": os.cpu_count(),

@@ -1,5 +1,6 @@
 """Commands that run no model start without torch and transformers (docs/design.md §13, start-up);
-``--help`` also without the accounting stack (dp_accounting imports scipy: ~1 s of CPU).
+``--help`` also without the accounting stack (dp_accounting imports scipy: ~1 s of CPU); one that
+runs the model imports torch after the CLI chose OpenMP's wait policy.
 
 Each command runs in a fresh interpreter through the real click entry point; the test reads that
 interpreter's ``sys.modules`` after the command returned.
@@ -84,6 +85,40 @@ def test_inspect_plan_and_budget_import_no_model_stack(tiny_llava_path, records_
     assert _heavy_modules_after("budget", *init) == []
     assert _heavy_modules_after("budget", "show", "--ledger", str(ledger)) == []
     assert _heavy_modules_after("budget", "show", "d", "--ledger", str(ledger)) == []
+
+
+TORCH_SEES = """
+import os, sys
+seen = []
+def hook(event, args):
+    if event == "import" and args[0] == "torch" and not seen:
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+sys.addaudithook(hook)
+from dpmtv.cli import main
+try:
+    main(sys.argv[1:], prog_name="dpmtv")
+except SystemExit as stop:
+    assert stop.code in (0, None), stop.code
+print("torch saw", seen, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("users_policy", [None, "ACTIVE"])
+def test_torch_loads_openmp_with_idle_threads_asleep_unless_the_user_chose(
+    users_policy, tiny_llava_path, records_file, tmp_path, monkeypatch
+):
+    """A command that runs the model imports torch after the CLI set OMP_WAIT_POLICY=PASSIVE
+    (OpenMP reads it once, at load); a policy the user set is kept."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    if users_policy is not None:
+        monkeypatch.setenv("OMP_WAIT_POLICY", users_policy)
+    build = ["build", "--model", str(tiny_llava_path), "--heads", "layers:0", "--epsilon", "1"]
+    build += ["--l2-clip-norm", "1.5", "--shots-per-chunk", "4", "--data", str(records_file)]
+    build += ["--out", str(tmp_path / "t.safetensors"), "--quiet"]
+    probe = [sys.executable, "-c", TORCH_SEES, *build]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"torch saw [{(users_policy or 'PASSIVE')!r}]"
 
 
 def test_the_cli_defaults_repeat_the_privacy_maths_constants():

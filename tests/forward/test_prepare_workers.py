@@ -57,7 +57,11 @@ def test_default_workers_follow_the_device_and_the_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
     assert default_prepare_workers("cuda") == 8 and default_prepare_workers("cpu") == 8
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
-    assert default_prepare_workers("cuda:0") == 1 and default_prepare_workers("cpu") == 0
+    assert default_prepare_workers("cuda:0") == 1 and default_prepare_workers("cpu") == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    assert default_prepare_workers("cpu") == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert default_prepare_workers("cuda") == 0 and default_prepare_workers("cpu") == 0
 
 
 @pytest.mark.parametrize("fixed_shape", [False, True])

@@ -25,7 +25,17 @@ from dpmtv.cli._common import DpmtvGroup
 )
 def main(verbose: bool) -> None:
     """Differentially private many-shot multimodal in-context learning (DP-MTV)."""
+    _idle_openmp_threads_sleep()
     _library_output(verbose=verbose)
+
+
+def _idle_openmp_threads_sleep() -> None:
+    """``OMP_WAIT_POLICY=PASSIVE`` unless the user set a policy: torch's OpenMP threads then sleep
+    between parallel regions instead of spinning on their cores, which the prepare workers need
+    to decode images while a small model's pass runs (docs/design.md §13, the first build). The
+    thread count, and so every value computed, is unchanged. OpenMP reads the variable once, when
+    torch loads it; the commands import torch only after this runs (tests/cli/test_startup.py)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _library_output(*, verbose: bool) -> None:

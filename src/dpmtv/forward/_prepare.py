@@ -48,11 +48,14 @@ MAX_DEFAULT_WORKERS = 8  # beyond this a single forward pass is rarely the slowe
 def default_prepare_workers(device: str) -> int:
     """Workers when ``--prepare-workers`` is not given: on a GPU the forward pass leaves the CPUs
     to preparation (all cores but the driver's); on the CPU it needs them itself, so half the
-    cores, and none (the background thread) on a machine of fewer than 4."""
+    cores, yet at least 2 on a machine of 2 or 3: a worker prepares at most ``depth`` items ahead,
+    so behind a slow forward pass it waits instead of taking the cores, and behind a fast one (a
+    small model, photo-sized images) two decode while the pass runs (the first build on 2 cores,
+    docs/design.md §13). One core: none (the background thread)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if str(device).startswith(("cuda", "map")):
         return min(MAX_DEFAULT_WORKERS, max(cores - 1, 0))
-    return min(MAX_DEFAULT_WORKERS, cores // 2) if cores >= 4 else 0
+    return min(MAX_DEFAULT_WORKERS, max(cores // 2, 2)) if cores >= 2 else 0
 
 
 def resolve_prepare_workers(adapter: Any, workers: int | None) -> int:
