@@ -83,3 +83,35 @@ def test_each_replica_gets_the_commands_model_options_and_absolute_paths(tmp_pat
     assert (spec.load.revision, spec.load.adapter_weights) == ("abc123", tmp_path / "lora")
     assert spec.load.adapter_spec == "qwen-vl-chat"  # a named spec, not a path here
     assert spec.threads == 1
+
+
+def test_the_log_level_reaches_serve_as_uvicorns_does(tiny_llava_path, served_vectors, monkeypatch):
+    """--log-level warning: Serve logs warnings and no line per request (its access log), as a
+    single process under uvicorn; info keeps both."""
+    import dpmtv.serve.ray_replicas as ray_replicas
+
+    seen = {}
+    monkeypatch.setattr(ray_replicas, "serve_forever", lambda spec, **kwargs: seen.update(kwargs))
+    vector = f"colour={served_vectors['colour']}"
+    for level in ("warning", "info"):
+        result = CliRunner().invoke(
+            main,
+            [
+                "serve",
+                "--model",
+                str(tiny_llava_path),
+                "--vector",
+                vector,
+                "--ray",
+                "local",
+                "--log-level",
+                level,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        assert seen["log_level"] == level
+    assert ray_replicas.serve_logging_config("warning") == {
+        "log_level": "WARNING",
+        "enable_access_log": False,
+    }
+    assert ray_replicas.serve_logging_config("info") == {"log_level": "INFO", "enable_access_log": True}

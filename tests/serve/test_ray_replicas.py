@@ -47,6 +47,7 @@ def replicas(tiny_llava_path, served_vectors):
             replicas=2,
             host="127.0.0.1",
             port=port,
+            log_level="warning",  # no access-log line per request in the test's output
         )
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -134,10 +135,10 @@ def test_a_replica_killed_under_load_is_replaced_and_no_request_hangs(replicas):
 
 
 def test_a_serve_already_running_elsewhere_is_refused_not_ignored(replicas):
-    from dpmtv.serve.ray_replicas import _start_proxy
+    from dpmtv.serve.ray_replicas import _start_proxy, serve_logging_config
 
     with pytest.raises(ParameterError, match=r"already runs on this cluster .* not --host 127.0.0.1"):
-        _start_proxy("127.0.0.1", free_port(), 30.0)
+        _start_proxy("127.0.0.1", free_port(), 30.0, serve_logging_config("warning"))
 
 
 def test_a_replica_whose_vector_fails_its_check_does_not_start(

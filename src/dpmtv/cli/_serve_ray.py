@@ -100,10 +100,10 @@ def _check(address, replicas, cpus_per_replica, insecure_network) -> RayServing 
 
 def serve_on_ray(serving: RayServing, spec, bind) -> None:
     """Serve ``spec`` (:func:`replica_spec`) until interrupted on ``bind`` (host, port,
-    keep-alive seconds)."""
+    keep-alive seconds, log level)."""
     from dpmtv.serve.ray_replicas import serve_forever
 
-    host, port, keep_alive_s = bind
+    host, port, keep_alive_s, log_level = bind
     serve_forever(
         spec,
         address=serving.address,
@@ -112,6 +112,7 @@ def serve_on_ray(serving: RayServing, spec, bind) -> None:
         port=port,
         cpus_per_replica=serving.cpus_per_replica,
         keep_alive_s=keep_alive_s,
+        log_level=log_level,
     )
 
 

@@ -205,7 +205,7 @@ def command(
         del served  # checked here; each replica loads and checks its own copy
         load = {"dtype": dtype, "device": device, "patch_mode": mode, "threads": threads}
         spec = replica_spec(model_path, vectors, settings, **load)
-        serve_on_ray(ray_serving, spec, (host, port, keep_alive_s))
+        serve_on_ray(ray_serving, spec, (host, port, keep_alive_s, log_level))
         return
     install_log_rate_limit()
     app = create_app(served, settings)

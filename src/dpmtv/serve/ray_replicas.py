@@ -113,10 +113,12 @@ def deploy_replicas(
     port: int,
     cpus_per_replica: float = 1.0,
     keep_alive_s: float = 30.0,
+    log_level: str = "info",
     app_name: str = APP_NAME,
 ) -> None:
     """Start Serve's proxy on ``host:port`` (Ray must be initialised) and ``replicas`` replicas
-    of the app; return when all are running.
+    of the app; return when all are running. ``log_level`` is ``dpmtv serve --log-level``: as
+    uvicorn's, Serve's access log (a line per request) is on at ``info`` and below only.
 
     Raises:
         DistributedError: a replica did not start (its check failed, or Ray could not place it).
@@ -125,7 +127,8 @@ def deploy_replicas(
         raise ParameterError(f"--replicas must be at least 1, got {replicas}")
     from ray import serve
 
-    _start_proxy(host, port, keep_alive_s)
+    logging_config = serve_logging_config(log_level)
+    _start_proxy(host, port, keep_alive_s, logging_config)
     queue = spec.settings.max_queue  # the replica's own batcher queue answers 429 beyond it
     deployment = serve.deployment(
         name="DpmtvReplica",
@@ -133,6 +136,7 @@ def deploy_replicas(
         max_ongoing_requests=queue,
         max_queued_requests=queue,  # beyond it Serve's proxy answers 503
         ray_actor_options={"num_cpus": cpus_per_replica},
+        logging_config=logging_config,
     )(serve.ingress()(DpmtvReplica))
     try:
         serve.run(deployment.bind(spec), name=app_name, route_prefix=_route(app_name), blocking=False)
@@ -142,13 +146,22 @@ def deploy_replicas(
         raise DistributedError(f"the Ray Serve replicas did not start: {why}") from None
 
 
-def _start_proxy(host: str, port: int, keep_alive_s: float) -> None:
+def serve_logging_config(log_level: str) -> dict[str, Any]:
+    """Ray Serve's logging for ``dpmtv serve --log-level``: the level, and the access log as
+    uvicorn keeps it (on at ``info`` and ``debug``)."""
+    return {"log_level": log_level.upper(), "enable_access_log": log_level in ("info", "debug")}
+
+
+def _start_proxy(host: str, port: int, keep_alive_s: float, logging_config: dict[str, Any]) -> None:
     """Start Serve with its proxy on ``host:port``; refuse a cluster whose Serve already runs
     elsewhere (Serve would keep its own address and only log a warning)."""
     from ray import serve
     from ray.serve.context import _get_global_client  # Serve's public API does not say its address
 
-    serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": int(keep_alive_s)})
+    serve.start(
+        http_options={"host": host, "port": port, "keep_alive_timeout_s": int(keep_alive_s)},
+        logging_config=logging_config,
+    )
     client = _get_global_client()
     running = None if client is None else client.http_config
     if running is not None and (running.host, running.port) != (host, port):
