@@ -132,6 +132,38 @@ def rss_mib(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its children (a server with --workers: the parent and its worker processes)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue  # a process that ended while listed
+    return [pid, *children]
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(cpu_s(each) for each in process_tree(pid))
+
+
+def tree_rss_mib(pid: int) -> float:
+    return sum(rss_mib(each) for each in process_tree(pid))
+
+
+def wait_workers(url: str, workers: int, timeout_s: float = 300) -> None:
+    """Until ``workers`` distinct worker processes have answered (each loads its model first)."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(seen)} of {workers} workers answered within {timeout_s:g} s")
+        response = httpx.get(f"{url}/healthz", headers={"Connection": "close"})
+        seen.add(response.headers.get("x-dpmtv-worker", ""))
+        time.sleep(0.02)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -253,7 +285,9 @@ async def _load(url: str, queries, requests: int, clients: int, client: str = "h
     }
 
 
-def serve_command(vectors: dict[str, Path], *, max_batch_size: int, clients: int, threads: int):
+def serve_command(
+    vectors: dict[str, Path], *, max_batch_size: int, clients: int, threads: int, workers: int = 1
+):
     """(base URL, `dpmtv serve` command line) on a free loopback port."""
     port = _free_port()
     command = [
@@ -273,6 +307,7 @@ def serve_command(vectors: dict[str, Path], *, max_batch_size: int, clients: int
         "warning",
         "--threads",
         str(threads),
+        *(("--workers", str(workers)) if workers > 1 else ()),
         *(arg for name, path in vectors.items() for arg in ("--vector", f"{name}={path}")),
     ]
     return f"http://127.0.0.1:{port}", command
@@ -287,17 +322,22 @@ def run_server(
     threads: int,
     timeout_s: float,
     client: str = "httpx",
+    workers: int = 1,
 ) -> dict:
-    url, command = serve_command(vectors, max_batch_size=max_batch_size, clients=clients, threads=threads)
+    url, command = serve_command(
+        vectors, max_batch_size=max_batch_size, clients=clients, threads=threads, workers=workers
+    )
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_healthy(url, server)
+        if workers > 1:
+            wait_workers(url, workers)
         queries = test_queries()
         warm_up = _load(url, queries, 4 * clients, clients, client)
         asyncio.run(asyncio.wait_for(warm_up, timeout_s))
-        rss_before, cpu_before = rss_mib(server.pid), cpu_s(server.pid)
+        rss_before, cpu_before = tree_rss_mib(server.pid), tree_cpu_s(server.pid)
         result = asyncio.run(asyncio.wait_for(_load(url, queries, requests, clients, client), timeout_s))
-        rss_after, cpu_seconds = rss_mib(server.pid), cpu_s(server.pid) - cpu_before
+        rss_after, cpu_seconds = tree_rss_mib(server.pid), tree_cpu_s(server.pid) - cpu_before
         metrics = httpx.get(f"{url}/metrics").text
         total, count = (
             float(re.search(rf"dpmtv_batch_size_{k} (\S+)", metrics).group(1)) for k in ("sum", "count")
@@ -310,7 +350,8 @@ def run_server(
                 "server_rss_growth": rss_after / rss_before - 1,
                 # CPU the server spent per request: steadier than requests/s on a shared machine
                 "server_cpu_ms_per_request": 1000 * cpu_seconds / requests,
-                "mean_batch_size_incl_warmup": total / count,
+                "mean_batch_size_incl_warmup": total / count,  # of the worker that answered /metrics
+                "workers": workers,
                 "server_command": " ".join(command[3:]),
             }
         )

@@ -140,6 +140,15 @@ API_KEY_ENV = "DPMTV_API_KEY"
     help="torch CPU threads (default: torch's choice). On a shared CPU, 1 avoids oversubscription.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Server processes on this machine, sharing the port, each loading its own copy of the model "
+    "with its own batcher and limits (every limit is per worker). One process uses about one core "
+    "(one interpreter lock); on a CPU, give about one worker per core with --threads 1.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -164,6 +173,7 @@ def command(
     patch_mode,
     keep_alive_s,
     threads,
+    workers,
     log_level,
     trusted_keys,
     dtype,
@@ -177,10 +187,13 @@ def command(
     spends no privacy budget. Each vector is checked like `dpmtv answer` (tensor hash, model
     fingerprint and, with --trusted-key, its signature over it and its card) and refused at
     start-up if it fails; without a trusted key the start-up lines and /v1/models say that its
-    signature was not verified. With --ray, --replicas copies of this server (each loading and
-    checking the model and vectors) answer behind Ray Serve's proxy on --host/--port.
+    signature was not verified. With --workers, that many server processes here, and with --ray,
+    --replicas copies behind Ray Serve's proxy, answer on --host/--port; each loads and checks the
+    model and vectors itself.
     """
     check_bind(host, api_key=api_key, insecure_no_auth=insecure_no_auth)
+    if workers > 1 and ray_serving is not None:
+        raise ParameterError("--workers and --ray exclude each other: with --ray, give --replicas")
     try:
         import uvicorn
 
@@ -191,27 +204,31 @@ def command(
     settings = _settings(api_key, limits, trusted_keys)
     _set_threads(threads)
     vectors = [parse_vector_spec(spec) for spec in vector_specs]
-    mode = None if patch_mode == "auto" else patch_mode
-    served = load_served_model(
-        model_path,
-        vectors,
-        dtype=dtype,
-        device=device,
-        patch_mode=mode,
-        trusted_keys=settings.trusted_keys,
-    )
+    load = {"dtype": dtype, "device": device, "patch_mode": None if patch_mode == "auto" else patch_mode}
+    served = load_served_model(model_path, vectors, trusted_keys=settings.trusted_keys, **load)
     _print_start_up(served, host, port)
-    if ray_serving is not None:
-        del served  # checked here; each replica loads and checks its own copy
-        load = {"dtype": dtype, "device": device, "patch_mode": mode, "threads": threads}
-        spec = replica_spec(model_path, vectors, settings, **load)
-        serve_on_ray(ray_serving, spec, (host, port, keep_alive_s, log_level))
+    if ray_serving is not None or workers > 1:
+        del served  # checked here; each replica or worker loads and checks its own copy
+        spec = replica_spec(model_path, vectors, settings, threads=threads, **load)
+        _serve_copies(spec, ray_serving, workers, (host, port, keep_alive_s, log_level))
         return
     install_log_rate_limit()
     app = create_app(served, settings)
     uvicorn.Server(
         uvicorn_config(app, settings, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
     ).run()
+
+
+def _serve_copies(spec, ray_serving, workers: int, bind) -> None:
+    """Serve copies of the checked server: Ray Serve replicas, or worker processes here; ``bind``
+    is (host, port, keep-alive seconds, log level)."""
+    if ray_serving is not None:
+        serve_on_ray(ray_serving, spec, bind)
+        return
+    from dpmtv.serve.workers import serve_workers
+
+    host, port, keep_alive_s, log_level = bind
+    serve_workers(spec, workers=workers, host=host, port=port, log_level=log_level, keep_alive_s=keep_alive_s)
 
 
 def _set_threads(threads: int | None) -> None:

@@ -14,63 +14,21 @@ do, in the replicas). Queries are post-processing of released vectors: no privac
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import signal
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dpmtv.errors import DistributedError, ParameterError
-from dpmtv.models.loading import LoadOptions, load_options
-from dpmtv.serve._settings import ServeSettings
+from dpmtv.serve._copies import REPLICA_HEADER, CopyHeader, ReplicaSpec, load_copy
 
 __all__ = ["APP_NAME", "REPLICA_HEADER", "ReplicaSpec", "deploy_replicas", "serve_forever"]
 
 APP_NAME = "dpmtv"
-REPLICA_HEADER = "x-dpmtv-replica"
+
 _READY_TIMEOUT_S = 600.0  # replicas loading a large model on a busy cluster
 _ERROR_LINE = re.compile(r"^\s*[\w.]+(Error|Exception): ")
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """What each replica loads: the arguments of :func:`dpmtv.serve.load_served_model`, the
-    command's model options (revision, adapter spec and weights, remote code, attention), the
-    server's settings and torch's thread count (None: torch's default in the replica)."""
-
-    model: str
-    vectors: tuple[tuple[str, Path], ...]
-    settings: ServeSettings
-    dtype: str = "float32"
-    device: str = "cpu"
-    patch_mode: str | None = None
-    threads: int | None = None
-    load: LoadOptions = field(default_factory=LoadOptions)
-
-
-class _ReplicaHeader:
-    """Pure ASGI middleware adding the replica's id to every HTTP response (streams included)."""
-
-    def __init__(self, app: Any, replica: str) -> None:
-        self.app, self.replica = app, replica.encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message = {
-                    **message,
-                    "headers": [*message.get("headers", []), (REPLICA_HEADER.encode(), self.replica)],
-                }
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
 
 
 class DpmtvReplica:
@@ -78,30 +36,17 @@ class DpmtvReplica:
     starts and stops the batcher, inside the replica)."""
 
     def __init__(self, spec: ReplicaSpec) -> None:
-        import torch
         from ray import serve
 
-        from dpmtv.serve import load_served_model
-
-        if spec.threads is not None:
-            torch.set_num_threads(spec.threads)
         self._spec = spec
-        with load_options(**dataclasses.asdict(spec.load)):  # the model the command checked
-            self._served = load_served_model(
-                spec.model,
-                spec.vectors,
-                dtype=spec.dtype,
-                device=spec.device,
-                patch_mode=spec.patch_mode,
-                trusted_keys=spec.settings.trusted_keys,
-            )
+        self._served = load_copy(spec)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
 
     def __serve_build_asgi_app__(self) -> Any:
         from dpmtv.serve import create_app
 
         app = create_app(self._served, self._spec.settings)
-        app.add_middleware(_ReplicaHeader, replica=self.replica_id)
+        app.add_middleware(CopyHeader, replica=self.replica_id)
         return app
 
 
