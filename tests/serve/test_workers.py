@@ -196,3 +196,16 @@ def test_workers_and_ray_exclude_each_other():
         main, ["serve", "--model", "/nonexistent", "--workers", "2", "--ray", "local"]
     )
     assert result.exit_code != 0 and "--workers and --ray exclude each other" in result.output
+
+
+@pytest.mark.slow
+def test_workers_that_keep_failing_at_start_stop_the_server_with_an_error(tmp_path):
+    from dpmtv.errors import DpmtvError
+    from dpmtv.serve._copies import ReplicaSpec
+    from dpmtv.serve.workers import serve_workers
+
+    spec = ReplicaSpec(str(tmp_path / "no-model-here"), (), ServeSettings())
+    with pytest.raises(DpmtvError, match=r"server workers exited \d+ times within a minute"):
+        serve_workers(
+            spec, workers=2, host="127.0.0.1", port=free_port(), log_level="warning", keep_alive_s=5
+        )

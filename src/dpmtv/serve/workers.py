@@ -28,7 +28,7 @@ import time
 from collections import deque
 from multiprocessing.process import BaseProcess
 
-from dpmtv.errors import ParameterError
+from dpmtv.errors import DpmtvError, ParameterError
 from dpmtv.serve._copies import CopyHeader, ReplicaSpec, load_copy
 
 __all__ = ["WORKER_HEADER", "serve_workers"]
@@ -47,7 +47,7 @@ def serve_workers(
 
     Raises:
         ParameterError: ``workers`` below 1, or the port cannot be bound.
-        RuntimeError: workers kept dying (more than a few restarts within a minute).
+        DpmtvError: workers kept dying (more than a few restarts within a minute).
     """
     if workers < 1:
         raise ParameterError(f"--workers must be at least 1, got {workers}")
@@ -76,7 +76,7 @@ def serve_workers(
                 while restarts and restarts[0] < time.monotonic() - 60:
                     restarts.popleft()
                 if len(restarts) > _RESTARTS_PER_MINUTE:
-                    raise RuntimeError(
+                    raise DpmtvError(
                         f"server workers exited {len(restarts)} times within a minute (the last with "
                         f"code {process.exitcode}): see the lines above"
                     )
