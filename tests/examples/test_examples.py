@@ -87,7 +87,11 @@ def test_serve_and_evaluate_py(tiny_llava_path, user_files, tmp_path):
          "--out", "out", *(["--lmms-eval"] if lmms else []), cwd=tmp_path)  # fmt: skip
     out = tmp_path / "out"
     reply = json.loads((out / "reply.json").read_text())
-    assert reply["model"] == "mytask" and reply["choices"][0]["message"]["content"]
+    # the vector's noise is fresh each run, so the tiny random model may answer its end token first
+    # (an empty answer, finish "stop"): the example ran end to end when the reply has the OpenAI shape
+    (choice,) = reply["choices"]
+    assert reply["model"] == "mytask" and isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in ("stop", "length")
     task = out / "lmms_task"
     rows = [json.loads(line) for line in (task / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all((task / row["image"]).is_file() for row in rows)
