@@ -209,3 +209,20 @@ def test_workers_that_keep_failing_at_start_stop_the_server_with_an_error(tmp_pa
         serve_workers(
             spec, workers=2, host="127.0.0.1", port=free_port(), log_level="warning", keep_alive_s=5
         )
+
+
+def test_a_system_without_reuseport_is_told_so(monkeypatch):
+    import dpmtv.serve.workers as workers_module
+    from dpmtv.errors import ParameterError
+    from dpmtv.serve._copies import ReplicaSpec
+
+    monkeypatch.delattr(workers_module.socket, "SO_REUSEPORT")
+    with pytest.raises(ParameterError, match="--workers needs SO_REUSEPORT"):
+        workers_module.serve_workers(
+            ReplicaSpec("m", (), ServeSettings()),
+            workers=2,
+            host="127.0.0.1",
+            port=1,
+            log_level="info",
+            keep_alive_s=5,
+        )

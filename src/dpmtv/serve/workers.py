@@ -51,6 +51,8 @@ def serve_workers(
     """
     if workers < 1:
         raise ParameterError(f"--workers must be at least 1, got {workers}")
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ParameterError("--workers needs SO_REUSEPORT (Linux, macOS), which this system lacks")
     reserved = _bind(host, port)  # bound, never listening: refuses a busy port before any worker loads
     context = multiprocessing.get_context("spawn")
     # a spawned process starts with logging's defaults: give it the levels set here (the CLI
