@@ -56,10 +56,8 @@ class ConnectionGuard(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_deadline: asyncio.TimerHandle | None = None
-        self._last_active_s, self._refused = (
-            time.monotonic(),
-            False,
-        )  # not loop.time(): uvloop's is per loop iteration, in ms (ties)
+        # not loop.time(): uvloop's is cached per loop iteration, in ms, so sockets accepted together tie
+        self._last_active_s, self._refused = time.monotonic(), False
         if (
             len(self.connections) > self.max_connections
             and _open_count(self.connections) > self.max_connections
