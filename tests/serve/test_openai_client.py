@@ -169,7 +169,11 @@ def test_a_multi_turn_conversation_with_images_in_two_user_turns(client):
         *_messages(seed=3),
     ]
     completion = client.chat.completions.create(model="colour", messages=messages, max_tokens=6)
-    assert completion.choices[0].message.content
+    # answered (the tiny random model's tokens may decode to no text, so the text is not checked)
+    assert completion.usage.completion_tokens > 0 and completion.choices[0].finish_reason in (
+        "stop",
+        "length",
+    )
     single = client.chat.completions.create(model="colour", messages=_messages(seed=3), max_tokens=6)
     assert completion.usage.prompt_tokens > single.usage.prompt_tokens
 

@@ -1,14 +1,20 @@
-"""A chat completion from its body to a row ready for a batch, in the prepare pool.
+"""A chat completion from its body to a row ready for a batch: on the event loop when it is small,
+in the prepare pool when it is not.
 
-Everything a request costs before its batch runs on ``prepare_workers`` threads, in one hop,
-never on the event loop: the JSON and its schema, the base64 and the image headers, admission by
-decoded pixels, decoding and reducing the images. The event loop only reads bodies and writes
-answers, so health checks and other clients are served while a large body is parsed (the loop
-used to parse bodies itself: ``/healthz`` waited up to 2.6 s behind four 4096² JPEGs). The
-processor runs once per batch on the generation thread: encoding each row here instead was
-measured 3.7× the processor time (a fixed cost per call), and Python work on any thread shares
-one interpreter lock. ``preparing`` counts the requests in the pool, so that the batcher can let
-them join the next batch (:mod:`dpmtv.serve._batcher`).
+Everything a request costs before its batch — the JSON and its schema, the base64 and the image
+headers, admission by decoded pixels, decoding and reducing the images — is bounded before it runs
+on the event loop: a body of at most ``INLINE_BODY_BYTES`` is parsed and checked there, and its
+images are decoded there when they hold at most ``INLINE_PIXELS`` in all (by their headers); a
+larger body, or larger images, go to ``prepare_workers`` threads, so health checks and other
+clients are served while a large body is parsed (the loop used to parse every body itself:
+``/healthz`` waited up to 2.6 s behind four 4096² JPEGs). A small request costs less than the
+hop: preparing a chat completion with one 24² PNG took 0.19 ms, and the hop to the pool and back
+(a future, a wake-up of the loop, the interpreter lock passed between threads) cost the server
+0.15–0.2 ms of CPU more per request (``benchmarks/serve_throughput.py``'s requests, generation
+replaced by a constant). The processor runs once per batch on the generation thread: encoding each
+row here instead was measured 3.7× the processor time (a fixed cost per call). ``preparing``
+counts the requests in the pool, so that the batcher can let them join the next batch
+(:mod:`dpmtv.serve._batcher`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 from dpmtv.data.prompts import Prompt
@@ -25,9 +32,14 @@ from dpmtv.serve._admission import PixelBudget
 from dpmtv.serve._choices import ChoicesRequest, prepared_choices
 from dpmtv.serve._completions import CompletionRequest, completion_rows
 from dpmtv.serve._generation import RowRequest
-from dpmtv.serve._requests import ChatRequest, parse_chat_request, plan_row, row_requests
+from dpmtv.serve._requests import ChatRequest, PlannedRow, parse_chat_request, plan_row, row_requests
 from dpmtv.serve._served import ServedModel
 from dpmtv.serve._settings import ServeSettings
+
+# What the event loop prepares itself: parsing 64 KiB of JSON takes well under a millisecond, and
+# decoding 256² pixels at most about 2 ms (a noisy 256² PNG; 0.4 ms as a JPEG)
+INLINE_BODY_BYTES = 64 * 1024
+INLINE_PIXELS = 256 * 256
 
 
 @dataclass(frozen=True)
@@ -51,22 +63,27 @@ class RequestPreparer:
         self.preparing = 0  # requests handed to the pool and not yet back (event loop only)
 
     async def __call__(self, body: bytes) -> Prepared:
-        """The prepared request (or its ApiError). A request abandoned while a worker prepares it
-        gives back, when the worker finishes, the pixels the worker took for it."""
-        future = self.pool.submit(self.prepare, body)
-        self.preparing += 1
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.add_done_callback(self._release_abandoned)
-            raise
-        finally:
-            self.preparing -= 1
+        """The prepared request (or its ApiError): on the event loop when it is small (module
+        docstring), else in the pool. A request abandoned while a worker prepares it gives back,
+        when the worker finishes (or is cancelled before it starts), the pixels it holds."""
+        if len(body) > INLINE_BODY_BYTES:
+            return await self._in_pool(self.prepare, body)
+        chat, planned, held = self._admitted(body)
+        if planned.pixels <= INLINE_PIXELS:
+            return self._decoded(chat, planned, held)
+        return await self._in_pool(self._decoded, chat, planned, held, held=held)
 
     def prepare(self, body: bytes) -> Prepared:
+        return self._decoded(*self._admitted(body))
+
+    def _admitted(self, body: bytes) -> tuple[ChatRequest, PlannedRow, int]:
+        """Parse and check the body, read its images' headers and hold their pixels."""
         chat = parse_chat_request(body)
         planned = plan_row(chat, self.served, self.settings)
-        held = self.pixels.admit(planned.pixels, retry_after_s=self.retry_after_s())
+        return chat, planned, self.pixels.admit(planned.pixels, retry_after_s=self.retry_after_s())
+
+    def _decoded(self, chat: ChatRequest, planned: PlannedRow, held: int) -> Prepared:
+        """Decode and reduce the images; hold only the pixels kept (all released on an error)."""
         try:
             rows = row_requests(
                 planned, min_side=self.served.image_min_side, cancelled=threading.Event(), stream=chat.stream
@@ -80,6 +97,18 @@ class RequestPreparer:
             raise
         return Prepared(chat, rows, held)
 
+    async def _in_pool(self, function: Callable[..., Prepared], *args: object, held: int = 0) -> Prepared:
+        """``function(*args)`` on a prepare thread; ``held``: the pixels the request already holds."""
+        future = self.pool.submit(function, *args)
+        self.preparing += 1
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(partial(self._release_abandoned, held))
+            raise
+        finally:
+            self.preparing -= 1
+
     async def completion(self, body: bytes) -> tuple[CompletionRequest, tuple[RowRequest, ...]]:
         """A text completion's request and rows, checked in the pool (no images to admit)."""
         return await asyncio.wrap_future(self.pool.submit(completion_rows, body, self.served, self.settings))
@@ -91,6 +120,10 @@ class RequestPreparer:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _release_abandoned(self, future: Future[Prepared]) -> None:
-        if not future.cancelled() and future.exception() is None:
+    def _release_abandoned(self, held: int, future: Future[Prepared]) -> None:
+        """The pixels of a request whose client left: those it held when its work never ran, or
+        those the work kept (an error released them itself)."""
+        if future.cancelled():
+            self.pixels.release(held)
+        elif future.exception() is None:
             self.pixels.release(future.result().pixels_held)
