@@ -13,7 +13,11 @@ one torch thread, the rows the server would queue (prepared as ``serve_throughpu
 ``overlap`` = rows/s together over alone + prepares/s together over alone: 2.0 means the two ran
 in parallel (two cores), 1.0 means they took turns (one interpreter lock, one core's worth).
 
-    python benchmarks/serve_gil.py [--seconds 5] [--work DIR] [--out benchmarks/results/serve_gil.json]
+``--switch-interval-ms`` sets ``sys.setswitchinterval`` first (CPython's default: 5 ms), the
+longest a thread holding the lock runs before one waiting for it gets it.
+
+    python benchmarks/serve_gil.py [--seconds 5] [--switch-interval-ms 5] [--work DIR]
+        [--out benchmarks/results/serve_gil.json]
 """
 
 from __future__ import annotations
@@ -98,10 +102,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--switch-interval-ms", type=float, help="sys.setswitchinterval (default: CPython's)")
     parser.add_argument("--work", type=Path, help="keep the records and vectors here (reused when present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_gil.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the server runs (--threads 1)
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as temporary:
         vectors = build_vectors(args.work or Path(temporary))
@@ -109,6 +116,7 @@ def main() -> None:
         result = measure(served, args.seconds, args.batch_size)
     load.append(os.getloadavg()[0])
     result |= {
+        "switch_interval_ms": 1000 * sys.getswitchinterval(),
         "command": "python " + " ".join(sys.argv),
         "machine": {
             "python": platform.python_version(),

@@ -50,7 +50,9 @@ def main() -> None:
             out = Path(tmp) / "run.json"
             rounds.append({label: run_once(src, benchmark, out) for label, src in versions_in_turn})
             for label, run in rounds[-1].items():
-                figures = {k: v for k, v in run["result"].items() if k != "all_runs"}
+                summary = run.get("result", run)  # a benchmark's own summary, else its top-level figures
+                scalars = (int, float, str)
+                figures = {k: v for k, v in summary.items() if k != "all_runs" and isinstance(v, scalars)}
                 print(label, [round(x[0], 1) for x in run["load_average_before_after"]], json.dumps(figures))
     document = {
         "command": " ".join(["python", "benchmarks/side_by_side.py", *sys.argv[1:]]),

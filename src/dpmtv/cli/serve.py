@@ -54,7 +54,8 @@ API_KEY_ENV = "DPMTV_API_KEY"
     type=int,
     default=2,
     show_default=True,
-    help="Threads that parse, check and decode requests, off the event loop and the model.",
+    help="Threads that parse, check and decode large requests (over 64 KiB, or images over 256² "
+    "pixels), off the event loop and the model; smaller ones are prepared on the loop.",
 )
 @click.option(
     "--max-queue",

@@ -4,10 +4,11 @@ A request that finds the server idle waits up to ``batch_window_ms`` for company
 batch fills); then up to ``max_batch_size`` waiting requests with the same number of images (one
 processor call needs a uniform image layout) run together on one generation thread — whatever
 vector each asked for. Admission is continuous: requests that arrive while a batch runs are
-prepared (the prepare pool) and queue, and when the batch ends the next one starts with every
-row waiting, waiting longer (at most the window) only while requests still in the prepare pool
-could fill it — a batch costs about the same for 8 rows as for 32 on a small model, so rows
-that miss it by a millisecond would cost a whole batch. More than ``max_queue`` waiting is refused
+prepared (on the event loop, or in the prepare pool when large) and queue, and when the batch
+ends the next one starts with every row waiting, waiting longer (at most the window) only while
+requests still in the prepare pool could fill it — on a small model a batch of 8 rows costs about
+half what 32 cost (``benchmarks/results/serve_batch_cost.json``), so rows that miss it by a
+millisecond would cost most of a batch. More than ``max_queue`` waiting is refused
 (:class:`QueueFullError`, HTTP 429 with a Retry-After from the recent batch time) so a burst
 cannot grow memory without bound. A job whose client has gone is dropped from the queue, or
 stops at its next token when its batch is already running.

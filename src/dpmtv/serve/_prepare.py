@@ -8,10 +8,10 @@ images are decoded there when they hold at most ``INLINE_PIXELS`` in all (by the
 larger body, or larger images, go to ``prepare_workers`` threads, so health checks and other
 clients are served while a large body is parsed (the loop used to parse every body itself:
 ``/healthz`` waited up to 2.6 s behind four 4096² JPEGs). A small request costs less than the
-hop: preparing a chat completion with one 24² PNG took 0.19 ms, and the hop to the pool and back
-(a future, a wake-up of the loop, the interpreter lock passed between threads) cost the server
-0.15–0.2 ms of CPU more per request (``benchmarks/serve_throughput.py``'s requests, generation
-replaced by a constant). The processor runs once per batch on the generation thread: encoding each
+hop: preparing a chat completion with one 24² PNG takes about 0.2 ms, and with this and the direct
+routes (:mod:`dpmtv.serve._app`) the server's CPU per request, generation replaced by a constant,
+fell from 0.98–1.19 to 0.65–0.79 ms (``benchmarks/results/serve_http_path_side_by_side.json``).
+The processor runs once per batch on the generation thread: encoding each
 row here instead was measured 3.7× the processor time (a fixed cost per call). ``preparing``
 counts the requests in the pool, so that the batcher can let them join the next batch
 (:mod:`dpmtv.serve._batcher`).
