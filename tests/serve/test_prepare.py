@@ -105,6 +105,14 @@ def test_a_large_request_is_prepared_in_the_pool(served):
     preparer, release = _preparer(served)
     release.set()  # threads free: the request completes there
     body = _body(served, side=300)
+    decoded_on: list[str] = []
+    decode = preparer._decoded
+
+    def recorded(*args):
+        decoded_on.append(threading.current_thread().name)
+        return decode(*args)
+
+    preparer._decoded = recorded  # type: ignore[method-assign]
 
     async def prepare():
         return await preparer(body)
@@ -113,5 +121,6 @@ def test_a_large_request_is_prepared_in_the_pool(served):
         prepared = asyncio.run(asyncio.wait_for(prepare(), WAIT_S))
     finally:
         preparer.close()
+    assert len(decoded_on) == 1 and decoded_on[0].startswith("dpmtv-prepare")
     kept = prepared.rows[0].prompt.all_images()[0]
     assert preparer.pixels.held == prepared.pixels_held == kept.width * kept.height
