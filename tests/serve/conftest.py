@@ -50,6 +50,12 @@ def served_vectors(tiny_llava_path, tmp_path_factory):
     return paths
 
 
+# The vector whose answers tests cut at a stop, sample, count and score: built without noise, it
+# answers the same in every session. The private 'colour' is drawn afresh each session, and some
+# draws make the random-weight model answer an end token first (no text to cut or compare).
+STEADY_VECTOR = "shape"
+
+
 @pytest.fixture(scope="session")
 def served(tiny_llava_path, served_vectors):
     return load_served_model(str(tiny_llava_path), sorted(served_vectors.items()))

@@ -186,6 +186,31 @@ def test_a_stream_without_include_usage_sends_no_usage(make_app):
     assert chunks[-1]["choices"][0]["finish_reason"] and all(chunk["usage"] is None for chunk in chunks)
 
 
+def test_log_probability_entries_spell_the_answer_when_special_tokens_are_generated(make_app, served):
+    """A generated special token (<s>, forced here by logit_bias; a random-weight model samples
+    them) is left out of the text, so its entry's token is empty too: the entries spell the
+    answer, as OpenAI's do, streaming or not. Its log-probability is still given."""
+    bos = served.loaded.adapter.tokenizer.bos_token_id
+    for stream in (False, True):
+        body = chat_body(
+            "colour", max_tokens=3, logprobs=True, top_logprobs=2, logit_bias={str(bos): 100}, stream=stream
+        )
+        response = request(make_app(), "POST", "/v1/chat/completions", json=body)
+        if stream:
+            chunks = [
+                json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")
+            ]
+            choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+            content = "".join(c["delta"].get("content") or "" for c in choices)
+            entries = [e for c in choices if c.get("logprobs") for e in c["logprobs"]["content"]]
+        else:
+            choice = response.json()["choices"][0]
+            content, entries = choice["message"]["content"], choice["logprobs"]["content"]
+        assert content == "" and len(entries) == 3, (stream, content, entries)
+        assert [entry["token"] for entry in entries] == [""] * 3
+        assert all(entry["logprob"] <= 0 and entry["bytes"] == [] for entry in entries)
+
+
 def test_text_only_question_and_max_completion_tokens(make_app, served):
     response = request(
         make_app(),

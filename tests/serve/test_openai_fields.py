@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpmtv.serve._fields import CHAT_FIELDS
-from tests.serve.conftest import chat_body
+from tests.serve.conftest import STEADY_VECTOR, chat_body
 from tests.serve.test_api import request
 
 TABLE = Path(__file__).parents[2] / "docs" / "reference" / "openai-fields.md"
@@ -57,14 +57,14 @@ def app(served):
 
 @pytest.fixture(scope="module")
 def greedy_answer(app) -> str:
-    answer = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", max_tokens=6))
+    answer = request(app, "POST", "/v1/chat/completions", json=chat_body(STEADY_VECTOR, max_tokens=6))
     return answer.json()["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize("field", sorted(ROWS))
 def test_each_field_is_honoured_as_documented_or_refused(app, greedy_answer, field):
     effect, example = ROWS[field]
-    base = chat_body("colour", max_tokens=6)
+    base = chat_body(STEADY_VECTOR, max_tokens=6)
     if effect == "required":
         del base[field]
         error = request(app, "POST", "/v1/chat/completions", json=base).json()["error"]
@@ -88,7 +88,7 @@ def test_each_field_is_honoured_as_documented_or_refused(app, greedy_answer, fie
 
 
 def test_a_field_openai_does_not_define_is_refused_by_name(app):
-    response = request(app, "POST", "/v1/chat/completions", json=chat_body("colour", top_k=5))
+    response = request(app, "POST", "/v1/chat/completions", json=chat_body(STEADY_VECTOR, top_k=5))
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "top_k"
     assert "top_k" in response.json()["error"]["message"]
@@ -113,13 +113,13 @@ def test_the_completions_table_names_every_field_the_endpoint_knows():
     ],
 )
 def test_completions_refuse_what_they_do_not_honour(app, extra, field):
-    body = {"model": "colour", "prompt": "The answer is", "max_tokens": 2, **extra}
+    body = {"model": STEADY_VECTOR, "prompt": "The answer is", "max_tokens": 2, **extra}
     response = request(app, "POST", "/v1/completions", json=body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == field
 
 
 def test_stream_options_without_stream_is_refused(app):
-    body = chat_body("colour", max_tokens=2, stream_options={"include_usage": True})
+    body = chat_body(STEADY_VECTOR, max_tokens=2, stream_options={"include_usage": True})
     response = request(app, "POST", "/v1/chat/completions", json=body)
     assert response.status_code == 400 and response.json()["error"]["param"] == "stream_options"

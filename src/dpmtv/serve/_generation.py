@@ -142,7 +142,7 @@ def _prompt_logprobs(
         ids = inputs["input_ids"][index].tolist()
         logprobs = torch.log_softmax(logits[index], dim=-1)
         top = row.decoding.top_logprobs
-        first = TokenLogprob(served.loaded.adapter.tokenizer.decode([ids[real[0]]]), None, ())
+        first = TokenLogprob(tracker.token_text(ids[real[0]]), None, ())
         scored.append((first, *(tracker.entry(logprobs[p - 1], ids[p], top) for p in real[1:])))
     return scored
 

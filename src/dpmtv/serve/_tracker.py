@@ -131,10 +131,14 @@ class RowTracker(StoppingCriteria):
         """``token``'s entry in one position's log-probabilities, with the ``top`` most likely."""
         best = torch.topk(logprobs, top) if top else None
         pairs = () if best is None else zip(best.indices.tolist(), best.values.tolist(), strict=True)
-        decode = self.tokenizer.decode
-        return TokenLogprob(
-            decode([token]), float(logprobs[token]), tuple((decode([i]), v) for i, v in pairs)
-        )
+        name = self.token_text
+        return TokenLogprob(name(token), float(logprobs[token]), tuple((name(i), v) for i, v in pairs))
+
+    def token_text(self, token: int) -> str:
+        """A token as the text decodes it: a special token, left out of the text, is empty, so
+        that log-probability entries spell the answer as OpenAI's do."""
+        text: str = self.tokenizer.decode([token], skip_special_tokens=True)
+        return text
 
     def _stream(self, index: int, row: _Row, text: str) -> None:
         ready = len(text) - _held_back(text, row.stops)
