@@ -83,5 +83,9 @@ def chat_body(model: str, *, image_seed: int | None = 0, text: str = "What is sh
     return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
 
 
+IN_PROCESS_WAIT_S = 300.0  # not a speed check: the ASGI transport has no timeouts of its own
+
+
 def run(coroutine):
-    return asyncio.run(coroutine)
+    """``coroutine`` on a fresh event loop; a request the app never answers fails the test."""
+    return asyncio.run(asyncio.wait_for(coroutine, IN_PROCESS_WAIT_S))

@@ -195,13 +195,16 @@ def _abandon_a_stream(url, app, served, body) -> None:
     try:
         sock = _raw_post(url, body)
         sock.settimeout(0.5)
-        head = b""
+        head, deadline = b"", time.monotonic() + WAIT_S
         while head.count(b"data:") < 2:  # the role chunk, then the first text
+            assert time.monotonic() < deadline, head
             steps.release()
             try:
-                head += sock.recv(65536)
+                chunk = sock.recv(65536)
             except TimeoutError:
-                pass  # that step decoded no visible text yet: allow another
+                continue  # that step decoded no visible text yet: allow another
+            assert chunk, head  # the server closed the connection: not a stream
+            head += chunk
         sock.close()
         closed.set()
         steps.release()  # the step waiting for a permit goes on; the next waits for the disconnect

@@ -163,6 +163,30 @@ def test_a_replica_whose_vector_fails_its_check_does_not_start(
     assert _ask(replicas, _body(0)).status_code == 200  # the running app is untouched
 
 
+def test_replicas_no_node_has_room_for_fail_within_the_bound_instead_of_waiting(
+    replicas, tiny_llava_path, served_vectors
+):
+    """Serve's own run waits for ever for a replica it cannot place; the deployment gives up after
+    ready_timeout_s, says so, deletes what it started and leaves the running app untouched."""
+    from ray import serve
+
+    vectors = tuple(sorted(served_vectors.items()))
+    spec = ReplicaSpec(str(tiny_llava_path), vectors, ServeSettings(api_key=KEY), threads=1)
+    port = int(replicas.rsplit(":", 1)[1])
+    with pytest.raises(DistributedError, match=r"did not start: .*fewer than 1 replicas running after 20 s"):
+        deploy_replicas(
+            spec,
+            replicas=1,
+            host="127.0.0.1",
+            port=port,
+            cpus_per_replica=64,  # the test cluster has 2
+            app_name="unplaceable",
+            ready_timeout_s=20,
+        )
+    assert "unplaceable" not in serve.status().applications
+    assert _ask(replicas, _body(0)).status_code == 200
+
+
 def test_a_stream_passes_through_the_proxy_with_the_same_answer(replicas):
     body = _body(1)
     whole = _ask(replicas, body).json()["choices"][0]["message"]["content"]

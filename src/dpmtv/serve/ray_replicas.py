@@ -60,13 +60,15 @@ def deploy_replicas(
     keep_alive_s: float = 30.0,
     log_level: str = "info",
     app_name: str = APP_NAME,
+    ready_timeout_s: float = _READY_TIMEOUT_S,
 ) -> None:
     """Start Serve's proxy on ``host:port`` (Ray must be initialised) and ``replicas`` replicas
     of the app; return when all are running. ``log_level`` is ``dpmtv serve --log-level``: as
     uvicorn's, Serve's access log (a line per request) is on at ``info`` and below only.
 
     Raises:
-        DistributedError: a replica did not start (its check failed, or Ray could not place it).
+        DistributedError: a replica did not start within ``ready_timeout_s`` (its check failed,
+            or Ray could not place it: Serve itself would wait for ever).
     """
     if replicas < 1:
         raise ParameterError(f"--replicas must be at least 1, got {replicas}")
@@ -84,10 +86,14 @@ def deploy_replicas(
         logging_config=logging_config,
     )(serve.ingress()(DpmtvReplica))
     try:
-        serve.run(deployment.bind(spec), name=app_name, route_prefix=_route(app_name), blocking=False)
-        _wait_running(app_name, replicas)
+        # not serve.run: it waits without a bound for the app to run (Ray 2.60), and a replica
+        # that no node has room for never runs; _wait_running bounds the wait
+        target = serve.RunTarget(deployment.bind(spec), name=app_name, route_prefix=_route(app_name))
+        serve.run_many([target], wait_for_applications_running=False)
+        _wait_running(app_name, replicas, ready_timeout_s)
     except (RuntimeError, TimeoutError) as exc:
         why = _replica_error(app_name) or _first_line(exc)
+        serve.delete(app_name)  # not left retrying to place its replicas
         raise DistributedError(f"the Ray Serve replicas did not start: {why}") from None
 
 
@@ -134,21 +140,26 @@ def _route(app_name: str) -> str:
     return "/" if app_name == APP_NAME else f"/{app_name}"
 
 
-def _wait_running(app_name: str, replicas: int) -> None:
-    """Serve's ``run`` returns when the app is healthy; wait for every replica, not only one."""
+def _wait_running(app_name: str, replicas: int, timeout_s: float) -> None:
+    """Wait for every replica to run, or raise what Serve says of the deployment (why a replica
+    is not placed, for one)."""
     from ray import serve
 
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
+    message = ""
     while time.monotonic() < deadline:
-        app = serve.status().applications[app_name]
-        if app.status == "DEPLOY_FAILED":  # a replica's check failed: Serve gave up on it
+        app = serve.status().applications.get(app_name)  # not listed for a moment after run_many
+        if app is not None and app.status == "DEPLOY_FAILED":  # a replica's check failed: Serve gave up
             raise RuntimeError(app.message)
-        status = app.deployments["DpmtvReplica"]
-        running = sum(count for state, count in status.replica_states.items() if state == "RUNNING")
-        if running >= replicas:
-            return
+        status = None if app is None else app.deployments.get("DpmtvReplica")
+        if status is not None:
+            message = status.message
+            running = sum(count for state, count in status.replica_states.items() if state == "RUNNING")
+            if running >= replicas:
+                return
         time.sleep(0.5)
-    raise TimeoutError(f"fewer than {replicas} replicas running after {_READY_TIMEOUT_S:g} s")
+    said = f" (Ray Serve: {' '.join(message.split())})" if message.strip() else ""
+    raise TimeoutError(f"fewer than {replicas} replicas running after {timeout_s:g} s{said}")
 
 
 def serve_forever(
