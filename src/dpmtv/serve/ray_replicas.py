@@ -14,6 +14,7 @@ do, in the replicas). Queries are post-processing of released vectors: no privac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import signal
@@ -93,7 +94,8 @@ def deploy_replicas(
         _wait_running(app_name, replicas, ready_timeout_s)
     except (RuntimeError, TimeoutError) as exc:
         why = _replica_error(app_name) or _first_line(exc)
-        serve.delete(app_name)  # not left retrying to place its replicas
+        with contextlib.suppress(Exception):  # best effort; the error said is why it did not start
+            serve.delete(app_name)  # not left retrying to place its replicas
         raise DistributedError(f"the Ray Serve replicas did not start: {why}") from None
 
 
