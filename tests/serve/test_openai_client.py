@@ -182,7 +182,7 @@ def test_a_multi_turn_conversation_with_images_in_two_user_turns(client):
     assert completion.usage.prompt_tokens > single.usage.prompt_tokens
 
 
-def test_text_completions_echo_logprobs_and_stop(client, served):
+def test_text_completions_echo_logprobs_and_stop(client):
     prompt = "The colour of the square is"
     completion = client.completions.create(
         model=STEADY_VECTOR, prompt=prompt, max_tokens=5, logprobs=2, echo=True
