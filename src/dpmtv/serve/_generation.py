@@ -28,7 +28,7 @@ from dpmtv.forward.hooks import blend_heads_per_row
 from dpmtv.inference import greedy_new_tokens
 from dpmtv.serve._decoding import GREEDY, Decoding, RowDecoding
 from dpmtv.serve._served import ServedModel, ServedVector
-from dpmtv.serve._tracker import OnFirstToken, OnText, RowTracker, TokenLogprob
+from dpmtv.serve._tracker import CONTEXT_TOKENS, OnFirstToken, OnText, RowTracker, TokenLogprob
 
 if TYPE_CHECKING:
     from dpmtv.models.base import ModelAdapter
@@ -143,7 +143,11 @@ def _prompt_logprobs(
         logprobs = torch.log_softmax(logits[index], dim=-1)
         top = row.decoding.top_logprobs
         first = TokenLogprob(tracker.token_text(ids[real[0]]), None, ())
-        scored.append((first, *(tracker.entry(logprobs[p - 1], ids[p], top) for p in real[1:])))
+        entries = (
+            tracker.entry(logprobs[p - 1], ids[p], top, context=ids[max(real[0], p - CONTEXT_TOKENS) : p])
+            for p in real[1:]
+        )
+        scored.append((first, *entries))
     return scored
 
 

@@ -10,6 +10,7 @@ log-probability entries of the tokens whose text it completes.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ class TokenLogprob:
 def _entry(token: str, logprob: float | None) -> dict[str, Any]:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
+
+CONTEXT_TOKENS = 6  # tokens before one that name it: a word's space, or a character's other bytes
 
 OnText = Callable[[int, str, list[TokenLogprob]], None]  # (row, new text, its tokens' log-probabilities)
 OnFirstToken = Callable[[int], None]  # (row)
@@ -125,19 +128,37 @@ class RowTracker(StoppingCriteria):
     def _logprob(self, index: int, token: int, top: int) -> TokenLogprob:
         logprobs = self.decoding.latest[index]
         assert logprobs is not None  # the decoding processor logs every row that asks
-        return self.entry(logprobs, token, top)
+        row = self.rows[index]
+        return self.entry(logprobs, token, top, context=row.tokens[-1 - CONTEXT_TOKENS : -1])
 
-    def entry(self, logprobs: torch.Tensor, token: int, top: int) -> TokenLogprob:
-        """``token``'s entry in one position's log-probabilities, with the ``top`` most likely."""
+    def entry(
+        self, logprobs: torch.Tensor, token: int, top: int, context: Sequence[int] = ()
+    ) -> TokenLogprob:
+        """``token``'s entry in one position's log-probabilities, with the ``top`` most likely;
+        each named as it reads after ``context`` (:meth:`token_text`)."""
         best = torch.topk(logprobs, top) if top else None
         pairs = () if best is None else zip(best.indices.tolist(), best.values.tolist(), strict=True)
-        name = self.token_text
+        before = self._decode(context)
+
+        def name(candidate: int) -> str:
+            return (
+                _after(before, self._decode([*context, candidate])) if context else self._decode([candidate])
+            )
+
         return TokenLogprob(name(token), float(logprobs[token]), tuple((name(i), v) for i, v in pairs))
 
-    def token_text(self, token: int) -> str:
-        """A token as the text decodes it: a special token, left out of the text, is empty, so
-        that log-probability entries spell the answer as OpenAI's do."""
-        text: str = self.tokenizer.decode([token], skip_special_tokens=True)
+    def token_text(self, token: int, context: Sequence[int] = ()) -> str:
+        """A token's share of the text, after ``context`` (the tokens before it; a few suffice):
+        decoding a token alone would drop a SentencePiece word's leading space, and the entries
+        would not spell the answer as OpenAI's do. A special token, left out of the text, is empty."""
+        return (
+            _after(self._decode(context), self._decode([*context, token]))
+            if context
+            else self._decode([token])
+        )
+
+    def _decode(self, tokens: Sequence[int]) -> str:
+        text: str = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
         return text
 
     def _stream(self, index: int, row: _Row, text: str) -> None:
@@ -158,6 +179,14 @@ class RowTracker(StoppingCriteria):
             return row.text
         text: str = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
         return text if row.raw else text.strip()
+
+
+def _after(before: str, text: str) -> str:
+    """What ``text`` adds to ``before`` (from where they first differ: a character completed by
+    the new token's bytes replaces the U+FFFD that stood for its first bytes)."""
+    if text.startswith(before):
+        return text[len(before) :]
+    return text[len(os.path.commonprefix([before, text])) :]
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
