@@ -5,9 +5,9 @@ built as in serve_load.py), one torch thread on both sides:
 
 1. **In process**: the same request bodies the HTTP clients send are prepared here as the
    server prepares them (``RequestPreparer.prepare``: parsed, checked, decoded and encoded;
-   untimed), then generated in batches of ``--clients`` rows by the batcher's own batched call
-   (``generate_rows``, mixed vectors in one batch): rows/s of generation alone, the ceiling the
-   server works towards.
+   untimed), then generated in batches of ``--max-batch-size`` (default ``--clients``) rows by
+   the batcher's own batched call (``generate_rows``, mixed vectors in one batch): rows/s of
+   generation alone, the ceiling the server works towards.
 2. **HTTP**: ``dpmtv serve`` as a child process, ``--clients`` loopback clients sending
    ``--requests`` requests (serve_load.run_server: warm-up first, 0 errors expected), by default
    from the lean raw HTTP/1.1 client, which leaves the CPUs to the server (``--client httpx``:
@@ -15,8 +15,8 @@ built as in serve_load.py), one torch thread on both sides:
 3. In process again (the machine is shared: the ratio uses the mean of both in-process runs, and
    both are reported with the load average).
 
-    python benchmarks/serve_throughput.py [--requests 2000] [--clients 32] [--work DIR]
-        [--out benchmarks/results/serve_throughput.json]
+    python benchmarks/serve_throughput.py [--requests 2000] [--clients 32] [--workers N]
+        [--max-batch-size B] [--work DIR] [--out benchmarks/results/serve_throughput.json]
 """
 
 from __future__ import annotations
@@ -104,6 +104,12 @@ def _arguments() -> argparse.Namespace:
         help="dpmtv serve --workers: server processes; each gets --max-batch-size clients/workers "
         "(a worker sees about that many clients: a larger batch would wait its window out)",
     )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        help="the server's --max-batch-size (default: clients/workers) and the in-process batch "
+        "(default: --clients)",
+    )
     parser.add_argument("--work", type=Path, help="keep the records and vectors here (reused when present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve_throughput.json"))
     return parser.parse_args()
@@ -117,11 +123,12 @@ def main() -> None:
         vectors = build_vectors(args.work or Path(temporary))
         served = load_served_model("embedded", sorted(vectors.items()))
         rows = in_process_rows(served, args.requests)
-        before = in_process(served, rows, args.clients)
+        batch_size = args.max_batch_size or args.clients
+        before = in_process(served, rows, batch_size)
         load.append(os.getloadavg()[0])
         http = run_server(
             vectors,
-            max_batch_size=max(1, args.clients // args.workers),
+            max_batch_size=args.max_batch_size or max(1, args.clients // args.workers),
             workers=args.workers,
             requests=args.requests,
             clients=args.clients,
@@ -130,7 +137,7 @@ def main() -> None:
             client=args.client,
         )
         load.append(os.getloadavg()[0])
-        after = in_process(served, rows, args.clients)
+        after = in_process(served, rows, batch_size)
         load.append(os.getloadavg()[0])
     ceiling = (before["rows_per_s"] + after["rows_per_s"]) / 2
     result = {
