@@ -141,9 +141,7 @@ class RowTracker(StoppingCriteria):
         before = self._decode(context)
 
         def name(candidate: int) -> str:
-            return (
-                _after(before, self._decode([*context, candidate])) if context else self._decode([candidate])
-            )
+            return _after(before, self._decode([*context, candidate]))
 
         return TokenLogprob(name(token), float(logprobs[token]), tuple((name(i), v) for i, v in pairs))
 
@@ -151,11 +149,7 @@ class RowTracker(StoppingCriteria):
         """A token's share of the text, after ``context`` (the tokens before it; a few suffice):
         decoding a token alone would drop a SentencePiece word's leading space, and the entries
         would not spell the answer as OpenAI's do. A special token, left out of the text, is empty."""
-        return (
-            _after(self._decode(context), self._decode([*context, token]))
-            if context
-            else self._decode([token])
-        )
+        return _after(self._decode(context), self._decode([*context, token]))
 
     def _decode(self, tokens: Sequence[int]) -> str:
         text: str = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
