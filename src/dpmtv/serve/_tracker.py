@@ -178,8 +178,6 @@ class RowTracker(StoppingCriteria):
 def _after(before: str, text: str) -> str:
     """What ``text`` adds to ``before`` (from where they first differ: a character completed by
     the new token's bytes replaces the U+FFFD that stood for its first bytes)."""
-    if text.startswith(before):
-        return text[len(before) :]
     return text[len(os.path.commonprefix([before, text])) :]
 
 
